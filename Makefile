@@ -1,0 +1,44 @@
+# cefl-opt: one command installs, one runs the main job, one runs the tests.
+# `make install` is idempotent and works on a fresh Debian machine as root.
+PY      ?= python3
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.cefl-installed
+APT_PKGS := coinor-libipopt-dev liblapack-dev libblas-dev pkg-config libamplsolver-dev cmake g++ dataset-fashion-mnist
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-slow bench clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip wheel setuptools
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e '.[dev]'
+	@$(VPY) -c "from pyomo.contrib.pynumero.asl import AmplInterface as A; import sys; sys.exit(0 if A.available() else 1)" 2>/dev/null || \
+	  $(VPY) -m pyomo.contrib.pynumero.build -DASL_INCLUDE_DIR=/usr/include/ampl-netlib-solvers \
+	    -DASL_LIBRARY=/usr/lib/x86_64-linux-gnu/libamplsolver.so
+	$(VPY) -m cefl_opt.checks
+	@touch $(STAMP)
+
+run: install
+	$(VENV)/bin/cefl-opt run --out results/run
+
+test: install
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: install
+	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench: install
+	$(VPY) -m benchmarks.run_all --quick
+
+clean-venv:
+	rm -rf $(VENV)

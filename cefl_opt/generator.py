@@ -1,0 +1,172 @@
+"""Seeded generator of CE-FL network instances and the presets `tiny`, `small`, `paper` (SPEC §6).
+
+Every default number, with where it comes from (SI units):
+
+| quantity | default | source / reasoning |
+|---|---|---|
+| UE->BS uplink `R_nb` | intra-sub-network N(60, 15) Mbit/s, inter N(12, 3), >= 2 | 5G mid-band / CBRS uplink throughputs of tens of Mbit/s; redrawn each round (fading) |
+| BS->UE downlink `R_bn` | intra N(200, 40) Mbit/s, inter N(40, 10), >= 5 | downlink ~3x uplink in 5G TDD |
+| UE power `P_nb` | U[0.15, 0.25] W | 23 dBm = 0.2 W, 3GPP power class 3 |
+| BS broadcast power `P_b` | U[15, 25] W | small-cell / sector transmit power of ~20 W |
+| BS->DC capacity `Rmax_bs` | intra U[3, 4] Gbit/s (paper), inter x 0.1 | paper §VI; "low inter-sub-network rates" |
+| DC ingress `Rmax_s` | U[40, 50] Gbit/s | paper §VI |
+| wireline powers `P_bs, P_sb, P_ss` | U[2, 4] W | ~1 nJ/bit at a few Gbit/s |
+| DC->BS `R_sb` | Rmax_bs^T x congestion U[0.5, 1] per round | wireline, time-varying congestion |
+| DC->DC `R_ss` | base U[1, 10] Gbit/s (asymmetric) x congestion U[0.2, 1] per round | paper: asymmetric, congested |
+| `c_n` | 300 cycles/bit x beta_D x U[0.8, 1.2] cycles per sample | paper table's c_n = 300, read per bit (per sample it would be ~1000x too small for an MLP step) |
+| `alpha_n` | 2e-28 x U[0.8, 1.2] | SPEC §1: alpha/2 ~ 1e-28 (the paper's 2e-16 gives ~1e9 J per round) |
+| `f` | [100 kHz, 2.3 GHz] | paper table |
+| DC `C, M, Pbar, rho_idle` | 5e6 pts/s, 700, 200 W, 0.4 | paper table |
+| `beta_D, beta_M` | 6272 bit, 4e7 bit | SPEC §1 (the paper's table swaps them) |
+| `Dbar` | N(2000, sqrt(200)) x sub-network concentration | paper §VI (variance 200); concentration c=0.3 moves to the next sub-network each round |
+| ML `eta, mu, Delta` | 0.001, 0.01, 0.3 | paper table |
+| ML `vartheta` (in the bound) | 1.0 | the paper's 0.01 makes the 1/vartheta terms dwarf the rest so that gamma is pinned to its floor; 1 keeps an interior optimum (README) |
+| ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate` fills measured values |
+| `F0 - F*` | 2.3 | ln(10): cross-entropy of an untrained 10-class model, F* >= 0 |
+| `gamma` | [1, 20] | local SGD iterations |
+| `m_floor, z_floor, R_floor` | 0.01, 0.01, 1 Mbit/s | positive floors keep 1/m, 1/z, 1/R finite |
+| weights `xi1, xi2, xi3` | 1 / (part at the reference orchestration) | SPEC §3 |
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .instance import Instance, InstanceError
+
+DC_NAMES = ["Indy-5G-Zone", "Discovery-Park", "Wisconsin", "Utah", "Clemson"]
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"ues": 2, "bss": 1, "dcs": 2, "rounds": 2},
+    "small": {"ues": 4, "bss": 2, "dcs": 2, "rounds": 3},
+    "paper": {"ues": 20, "bss": 10, "dcs": 5, "rounds": 5},
+}
+
+MBIT, GBIT = 1e6, 1e9
+
+
+def _normal_clip(rng: np.random.Generator, mean: np.ndarray, sd: np.ndarray, lo: float,
+                 size) -> np.ndarray:
+    return np.maximum(rng.normal(mean, sd, size=size), lo)
+
+
+def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | None = None,
+                  dcs: int | None = None, rounds: int | None = None, seed: int = 0,
+                  concentration: float = 0.3, edge_prob: float = 0.3,
+                  **overrides: Any) -> Instance:
+    """A seeded instance of `preset` with optional size overrides and field overrides."""
+    if preset not in PRESETS:
+        raise InstanceError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
+    size = dict(PRESETS[preset])
+    for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds)):
+        if v is not None:
+            if int(v) < 1:
+                raise InstanceError(f"option '--{k}' must be >= 1, got {v}")
+            size[k] = int(v)
+    if not 0.0 <= concentration < 1.0:
+        raise InstanceError(f"option 'concentration' must be in [0, 1), got {concentration}")
+    N, B, S, T = size["ues"], size["bss"], size["dcs"], size["rounds"]
+    rng = np.random.default_rng(seed)
+
+    # sub-networks: DC s with its share of BSs and UEs (paper: 1 DC, 2 BSs, 4 UEs each)
+    ue_sub = (np.arange(N) * S // N).astype(int)
+    bs_sub = (np.arange(B) * S // B).astype(int)
+    dc_sub = np.arange(S)
+    same_nb = ue_sub[:, None] == bs_sub[None, :]              # [N, B]
+    same_bs = bs_sub[:, None] == dc_sub[None, :]              # [B, S]
+
+    R_nb = _normal_clip(rng, np.where(same_nb, 60, 12) * MBIT, np.where(same_nb, 15, 3) * MBIT,
+                        2 * MBIT, (T, N, B))
+    R_bn = _normal_clip(rng, np.where(same_nb.T, 200, 40) * MBIT,
+                        np.where(same_nb.T, 40, 10) * MBIT, 5 * MBIT, (T, B, N))
+    P_nb = np.broadcast_to(rng.uniform(0.15, 0.25, (N, B)), (T, N, B)).copy()
+    P_b = np.broadcast_to(rng.uniform(15, 25, B), (T, B)).copy()
+    Rmax_bs = rng.uniform(3, 4, (B, S)) * GBIT * np.where(same_bs, 1.0, 0.1)
+    Rmax_s = rng.uniform(40, 50, S) * GBIT
+    P_bs = rng.uniform(2, 4, (B, S))
+    R_sb = Rmax_bs.T[None] * rng.uniform(0.5, 1.0, (T, S, B))
+    P_sb = rng.uniform(2, 4, (S, B))
+    R_ss = rng.uniform(1, 10, (S, S))[None] * GBIT * rng.uniform(0.2, 1.0, (T, S, S))
+    for t in range(T):
+        np.fill_diagonal(R_ss[t], 1.0 * GBIT)  # unused: delta^M_{s,s} = 0
+    P_ss = rng.uniform(2, 4, (S, S))
+    np.fill_diagonal(P_ss, 0.0)
+    beta_D = 6272.0
+    c = 300.0 * beta_D * rng.uniform(0.8, 1.2, N)
+    alpha = 2e-28 * rng.uniform(0.8, 1.2, N)
+
+    # dynamic data: the hot sub-network moves by one each round (users' mobility)
+    phase = int(rng.integers(S))
+    conc = np.full((T, S), 1.0 - concentration)
+    for t in range(T):
+        conc[t, (t + phase) % S] += concentration * S
+    Dbar = np.maximum(np.round(rng.normal(2000, np.sqrt(200), (T, N)) * conc[:, ue_sub]), 1.0)
+    labels = [[sorted(int(x) for x in rng.choice(10, 5, replace=False)) for _ in range(N)]
+              for _ in range(T)]
+
+    inst = Instance(
+        name=f"{preset}-N{N}-B{B}-S{S}-T{T}-seed{seed}", preset=preset, seed=seed,
+        Dbar=Dbar, R_nb=R_nb, P_nb=P_nb, R_bn=R_bn, P_b=P_b, Rmax_bs=Rmax_bs, Rmax_s=Rmax_s,
+        P_bs=P_bs, R_sb=R_sb, P_sb=P_sb, R_ss=R_ss, P_ss=P_ss, c=c, alpha=alpha,
+        f_min=np.full(N, 1e5), f_max=np.full(N, 2.3e9), M=np.full(S, 700.0),
+        C=np.full(S, 5e6), Pbar=np.full(S, 200.0), Theta=np.ones(N + S), sigma=np.ones(N + S),
+        Delta=np.full((T, N + S), 0.3), xi3=np.ones(6), beta_D=beta_D, beta_M=4e7,
+        vartheta=1.0,
+        dc_names=[DC_NAMES[s] if s < len(DC_NAMES) else f"DC-{s}" for s in range(S)],
+        ue_subnet=ue_sub.tolist(), bs_subnet=bs_sub.tolist(), dc_subnet=dc_sub.tolist(),
+        ue_labels=labels,
+        notes={"generator": "cefl_opt.generator.make_instance", "concentration": concentration,
+               "hot_subnet_by_round": [int((t + phase) % S) for t in range(T)]},
+    )
+    inst.graph_edges = communication_graph_edges(inst, np.random.default_rng([seed, 1]), edge_prob)
+    for k, v in overrides.items():
+        if not hasattr(inst, k):
+            raise InstanceError(f"unknown instance field {k!r}")
+        setattr(inst, k, np.asarray(v, float) if isinstance(getattr(inst, k), np.ndarray) else v)
+    inst.validate()
+    if not any(k in overrides for k in ("xi1", "xi2", "xi3_total")):
+        from .system import normalising_weights
+        for k, v in normalising_weights(inst).items():
+            setattr(inst, k, float(v))
+    return inst
+
+
+def communication_graph_edges(inst: Instance, rng: np.random.Generator,
+                              p: float = 0.3) -> list[list[str]]:
+    """Appendix "Network graph construction": keep each UE-BS, BS-DC, DC-DC edge with
+    probability p, then repair: each UE gets a BS (its best mean uplink), each BS a DC (its best
+    capacity), each DC another DC; finally join components so that the graph is connected."""
+    import networkx as nx
+    g = nx.Graph()
+    g.add_nodes_from(inst.node_names())
+    for n in range(inst.N):
+        for b in range(inst.B):
+            if rng.random() < p:
+                g.add_edge(f"ue{n}", f"bs{b}")
+    for b in range(inst.B):
+        for s in range(inst.S):
+            if rng.random() < p:
+                g.add_edge(f"bs{b}", f"dc{s}")
+    for s in range(inst.S):
+        for s2 in range(s + 1, inst.S):
+            if rng.random() < p:
+                g.add_edge(f"dc{s}", f"dc{s2}")
+    mean_up = inst.R_nb.mean(axis=0)
+    for n in range(inst.N):
+        if not any(v.startswith("bs") for v in g.neighbors(f"ue{n}")):
+            g.add_edge(f"ue{n}", f"bs{int(np.argmax(mean_up[n]))}")
+    for b in range(inst.B):
+        if not any(v.startswith("dc") for v in g.neighbors(f"bs{b}")):
+            g.add_edge(f"bs{b}", f"dc{int(np.argmax(inst.Rmax_bs[b]))}")
+    if inst.S > 1:
+        for s in range(inst.S):
+            if not any(v.startswith("dc") for v in g.neighbors(f"dc{s}")):
+                g.add_edge(f"dc{s}", f"dc{(s + 1) % inst.S}")
+    comps = [sorted(c) for c in nx.connected_components(g)]
+    # join components through their DCs (every component holds one: each BS has a DC)
+    for a, b in zip(comps, comps[1:]):
+        da = next(v for v in a if v.startswith("dc"))
+        db = next(v for v in b if v.startswith("dc"))
+        g.add_edge(da, db)
+    return sorted([sorted(e) for e in g.edges()])

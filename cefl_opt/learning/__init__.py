@@ -1,0 +1,1 @@
+"""The torch trainer of CE-FL (SPEC §7)."""

@@ -1,0 +1,138 @@
+"""Orchestrations (solutions of Problem P) and their JSON format `cefl-solution/1`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .instance import Instance, InstanceError, read_json, write_json_atomic
+
+FORMAT_TAG = "cefl-solution/1"
+
+# per-round field -> (shape letters, dtype)
+ROUND_FIELDS: dict[str, tuple[str, type]] = {
+    "rho_nb": ("NB", float), "rho_bs": ("BS", float), "f": ("N", float), "z": ("S", float),
+    "gamma_ue": ("N", float), "gamma_dc": ("S", float), "m_ue": ("N", float), "m_dc": ("S", float),
+    "uplink_bs": ("N", int), "downlink_bs": ("N", int), "R_bs": ("BS", float),
+}
+
+
+@dataclass
+class RoundDecision:
+    """Every decision of one round t (SPEC §2), physical units: f in Hz, z in data points/s,
+    R_bs in bit/s. `aggregator` is the DC index s with I_s = 1; `uplink_bs[n]` the b with
+    I_nb = 1, `downlink_bs[n]` the b with I_bn = 1."""
+
+    rho_nb: np.ndarray
+    rho_bs: np.ndarray
+    f: np.ndarray
+    z: np.ndarray
+    gamma_ue: np.ndarray
+    gamma_dc: np.ndarray
+    m_ue: np.ndarray
+    m_dc: np.ndarray
+    aggregator: int
+    uplink_bs: np.ndarray
+    downlink_bs: np.ndarray
+    R_bs: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k).tolist() for k in ROUND_FIELDS}
+        d["aggregator"] = int(self.aggregator)
+        return d
+
+    def copy(self) -> "RoundDecision":
+        return RoundDecision(**{k: getattr(self, k).copy() for k in ROUND_FIELDS},
+                             aggregator=int(self.aggregator))
+
+
+@dataclass
+class Solution:
+    """A full orchestration plus how it was obtained."""
+
+    rounds: list[RoundDecision]
+    method: str = "manual"
+    status: str = "unknown"
+    wall_s: float = 0.0
+    objective: float | None = None
+    terms: dict[str, float] = field(default_factory=dict)
+    bound: float | None = None
+    gap: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT_TAG, "method": self.method, "status": self.status,
+                "wall_s": self.wall_s, "objective": self.objective, "terms": self.terms,
+                "bound": self.bound, "gap": self.gap, "info": self.info,
+                "rounds": [r.to_dict() for r in self.rounds]}
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any, instance: Instance | None = None) -> "Solution":
+        if not isinstance(data, dict):
+            raise InstanceError("solution file must hold a JSON object")
+        if data.get("format") != FORMAT_TAG:
+            raise InstanceError(f"field 'format' is {data.get('format')!r}, expected {FORMAT_TAG!r}")
+        known = {"format", "method", "status", "wall_s", "objective", "terms", "bound", "gap",
+                 "info", "rounds"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InstanceError(f"unknown key {unknown[0]!r} in solution")
+        rounds_raw = data.get("rounds")
+        if not isinstance(rounds_raw, list):
+            raise InstanceError("field 'rounds' must be a list")
+        dims = instance.dims() if instance is not None else None
+        if instance is not None and len(rounds_raw) != instance.T:
+            raise InstanceError(f"field 'rounds' has {len(rounds_raw)} rounds, the instance has "
+                                f"{instance.T}")
+        rounds = []
+        for t, r in enumerate(rounds_raw):
+            if not isinstance(r, dict):
+                raise InstanceError(f"field 'rounds[{t}]' must be an object")
+            extra = sorted(set(r) - set(ROUND_FIELDS) - {"aggregator"})
+            if extra:
+                raise InstanceError(f"unknown key {extra[0]!r} in rounds[{t}]")
+            kw: dict[str, Any] = {}
+            for k, (shape, dtype) in ROUND_FIELDS.items():
+                if k not in r:
+                    raise InstanceError(f"field 'rounds[{t}].{k}' is missing")
+                try:
+                    arr = np.asarray(r[k], dtype=float)
+                except (TypeError, ValueError):
+                    raise InstanceError(f"field 'rounds[{t}].{k}' is not numeric") from None
+                if not np.all(np.isfinite(arr)):
+                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value")
+                if dims is not None:
+                    want = tuple(dims[ch] for ch in shape)
+                    if arr.shape != want:
+                        raise InstanceError(f"field 'rounds[{t}].{k}' has shape {list(arr.shape)}, "
+                                            f"expected {list(want)}")
+                if dtype is int:
+                    if np.any(arr != np.round(arr)):
+                        raise InstanceError(f"field 'rounds[{t}].{k}' must hold integers")
+                    arr = arr.astype(int)
+                    hi = instance.B if instance is not None else None
+                    if hi is not None and (np.any(arr < 0) or np.any(arr >= hi)):
+                        raise InstanceError(f"field 'rounds[{t}].{k}' has a BS index outside "
+                                            f"0..{hi - 1}: {arr.tolist()}")
+                kw[k] = arr
+            agg = r.get("aggregator")
+            if isinstance(agg, bool) or not isinstance(agg, int):
+                raise InstanceError(f"field 'rounds[{t}].aggregator' must be an integer, got {agg!r}")
+            if instance is not None and not 0 <= agg < instance.S:
+                raise InstanceError(f"field 'rounds[{t}].aggregator' value {agg} is not a DC "
+                                    f"index 0..{instance.S - 1}")
+            rounds.append(RoundDecision(**kw, aggregator=agg))
+        terms = data.get("terms") or {}
+        return cls(rounds=rounds, method=str(data.get("method", "unknown")),
+                   status=str(data.get("status", "unknown")), wall_s=float(data.get("wall_s") or 0.0),
+                   objective=data.get("objective"), terms=dict(terms), bound=data.get("bound"),
+                   gap=data.get("gap"), info=dict(data.get("info") or {}))
+
+    @classmethod
+    def load(cls, path: str | Path, instance: Instance | None = None) -> "Solution":
+        return cls.from_dict(read_json(path, what="solution"), instance)

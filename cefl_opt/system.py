@@ -1,0 +1,304 @@
+"""The system model of CE-FL in numpy (paper §II-E, §III, objective (P); SPEC §3).
+
+This is the one numpy source of truth for delays, energies and the ML bound. The Pyomo model in
+`cefl_opt.models` writes the same equations symbolically; `tests/test_model_agreement.py` proves
+that the two agree. Given an orchestration (a `Solution`), every max in the paper is evaluated
+exactly here (no epigraph variables).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .instance import Instance
+from .solution import RoundDecision, Solution
+
+FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
+
+
+# ---- per-round physics -----------------------------------------------------------------
+def data_split(inst: Instance, t: int, r: RoundDecision) -> dict[str, np.ndarray]:
+    """D_n (eq:dataRemainAtDevice), D_b, D_s (eq:DataCollecteatServer) and D."""
+    Dbar = inst.Dbar[t]
+    D_n = (1.0 - r.rho_nb.sum(axis=1)) * Dbar
+    D_b = r.rho_nb.T @ Dbar
+    D_s = r.rho_bs.T @ D_b
+    return {"D_n": D_n, "D_b": D_b, "D_s": D_s, "D": float(Dbar.sum())}
+
+
+def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
+    """Every delay and energy of round t (paper §II-E) for decision r."""
+    bD, bM = inst.beta_D, inst.beta_M
+    N, B, S = inst.N, inst.B, inst.S
+    ds = data_split(inst, t, r)
+    D_n, D_b, D_s = ds["D_n"], ds["D_b"], ds["D_s"]
+    agg = int(r.aggregator)
+    up, down = np.asarray(r.uplink_bs, int), np.asarray(r.downlink_bs, int)
+    n_idx = np.arange(N)
+
+    # transfers
+    dD_nb = bD * inst.Dbar[t][:, None] * r.rho_nb / inst.R_nb[t]
+    dM_nb = bM / inst.R_nb[t]
+    dD_bs = bD * D_b[:, None] * r.rho_bs / r.R_bs
+    dM_bs = bM / r.R_bs
+    dM_ss = bM / inst.R_ss[t]
+    np.fill_diagonal(dM_ss, 0.0)  # delta^M_{s,s} = 0
+    dM_sb = bM / inst.R_sb[t]
+    dM_bn = bM / inst.R_bn[t]
+    dD_s = dD_bs.max(axis=0) + dD_nb.max()  # eq:delayAtDCdataCollect
+
+    # processing (delay_proc, energy_proc, eqn: Data Center speed-delay relation-1, energy_server_proc)
+    dP_n = inst.c * r.gamma_ue * r.m_ue * D_n / r.f
+    EP_n = inst.c * r.gamma_ue * r.m_ue * D_n * r.f ** 2 * inst.alpha / 2.0
+    dP_s = r.gamma_dc * r.m_dc * D_s / (inst.M * r.z)
+    EP_s = dP_s * (inst.rho_idle * (r.z / inst.C) ** 2 * inst.Pbar * inst.M
+                   + (1.0 - inst.rho_idle) * inst.Pbar * inst.M)
+
+    # aggregation (delay_agg, energy_aggregation)
+    dA_n = dM_nb[n_idx, up] + dM_bs[up, agg]
+    EA_n = dM_nb[n_idx, up] * inst.P_nb[t][n_idx, up] + dM_bs[up, agg] * inst.P_bs[up, agg]
+    dA_s = dM_ss[:, agg]
+    EA_s = dM_ss[:, agg] * inst.P_ss[:, agg]
+    ue_path = dA_n + dP_n
+    dc_path = dD_s + dP_s + dA_s
+    dA = max(ue_path.max(), dc_path.max())
+
+    # reception (delay_Reception, energy_Reception); SPEC: delta^B_s is a typo for delta^R_s
+    dR_b = dM_sb[agg, :]
+    ER_b = dM_sb[agg, :] * inst.P_sb[agg, :]
+    Ibn = np.zeros((B, N))
+    Ibn[down, n_idx] = 1.0
+    dB_b = (dM_bn * Ibn).max(axis=1)
+    EB_b = dB_b * inst.P_b[t]
+    dR_s = dM_ss[agg, :]
+    ER_s = dM_ss[agg, :] * inst.P_ss[agg, :]
+    dR = max((dR_b + dB_b).max(), dR_s.max())
+
+    ED_nb = dD_nb * inst.P_nb[t]
+    ED_bs = dD_bs * inst.P_bs
+    E = {
+        "E_D_ue": float(ED_nb.sum()), "E_D_bs": float(ED_bs.sum()),
+        "E_P_ue": float(EP_n.sum()), "E_P_dc": float(EP_s.sum()),
+        "E_A": float(EA_n.sum() + EA_s.sum()),
+        "E_R": float(ER_b.sum() + EB_b.sum() + ER_s.sum()),
+    }
+    E_weighted = float(np.dot(inst.xi3, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
+                                        E["E_A"], E["E_R"]]))
+    return {
+        **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
+        "dP_n": dP_n, "EP_n": EP_n, "dP_s": dP_s, "EP_s": EP_s, "dA_n": dA_n, "dA_s": dA_s,
+        "EA_n": EA_n, "EA_s": EA_s, "ue_path": ue_path, "dc_path": dc_path,
+        "dR_b": dR_b, "dB_b": dB_b, "dR_s": dR_s, "ER_b": ER_b, "EB_b": EB_b, "ER_s": ER_s,
+        "dA": float(dA), "dR": float(dR), "delay": float(dA + dR),
+        **E, "energy_raw": float(sum(E.values())), "energy": E_weighted,
+    }
+
+
+def round_costs(inst: Instance, t: int, r: RoundDecision) -> dict[str, float]:
+    """Scalar delay (dA + dR, s) and energy (J, xi3-weighted sum; raw sum in `energy_raw`)."""
+    rt = round_terms(inst, t, r)
+    keys = ("dA", "dR", "delay", "energy", "energy_raw", "E_D_ue", "E_D_bs", "E_P_ue", "E_P_dc",
+            "E_A", "E_R")
+    return {k: rt[k] for k in keys}
+
+
+# ---- ML bound --------------------------------------------------------------------------
+def a_norms(gamma: np.ndarray, eta: float, mu: float) -> tuple[np.ndarray, np.ndarray]:
+    """||a||_1 and ||a||_2^2 of eq:normalGrad's weights a_l = q^(gamma-1-l), q = 1 - eta mu,
+    continued to real gamma: (1-q^g)/(1-q) and (1-q^2g)/(1-q^2)."""
+    g = np.asarray(gamma, float)
+    q = 1.0 - eta * mu
+    if q == 1.0:
+        return g.copy(), g.copy()
+    return (1.0 - q ** g) / (1.0 - q), (1.0 - q ** (2 * g)) / (1.0 - q ** 2)
+
+
+def gamma_cap(inst: Instance) -> float:
+    """Largest gamma allowed: gamma_max, and for bound='general' Theorem 1's step-size condition
+    4 eta^2 L^2 g^2 (||a||_1 - 1)/||a||_1 <= 1/(2 zeta1^2 + 1), which is increasing in g."""
+    rhs = 1.0 / (2.0 * inst.zeta1 ** 2 + 1.0)
+
+    def phi(g: float) -> float:
+        a1, _ = a_norms(np.array([g]), inst.eta, inst.mu)
+        return float(4 * inst.eta ** 2 * inst.L ** 2 * g ** 2 * (a1[0] - 1.0) / a1[0])
+
+    if phi(inst.gamma_max) <= rhs:
+        return inst.gamma_max
+    lo, hi = 1.0, inst.gamma_max
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if phi(mid) <= rhs else (lo, mid)
+    return lo
+
+
+def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarray,
+             D_i: np.ndarray | None = None, bound: str = "corollary") -> dict[str, float]:
+    """Objective term (a). gammas, ms, D_i: [T, I] (UEs then DCs); taus: [T] = dA + dR.
+
+    corollary: eq:convSpecial with the tau term before condition (v) (SPEC §3).
+    general:   eq:GenConvBound at fixed eta, with (D_i-1)/D_i -> 1 and p_i^2/D_i -> D_i/D^2.
+    """
+    T, d = gammas.shape
+    Dl = inst.Delta.sum(axis=1)  # sum_i Delta[t, i]
+    th, sg = float(inst.Theta.max()), float(inst.sigma.max())
+    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    if bound == "corollary":
+        gbar = float(gammas.sum())
+        m_min, g_max = float(ms.min()), float(gammas.max())
+        c0 = 4.0 * math.sqrt(gbar) / (vt * math.sqrt(d * T))
+        parts = {
+            "init": c0 * F0,
+            "drift": c0 * float(np.dot(taus, Dl)),
+            "noise": 16.0 * L * vt * th * sg ** 2 / m_min * math.sqrt(d / (gbar * T)),
+            "local": 12.0 * L ** 2 * d * th * sg ** 2 * g_max / (gbar * m_min * T),
+            "hetero": 12.0 * L ** 2 * inst.zeta2 * d * g_max ** 2 / (gbar * T),
+        }
+    elif bound == "general":
+        if D_i is None:
+            raise ValueError("bound='general' needs the data split D_i")
+        eta = inst.eta
+        a1, a2 = a_norms(gammas, eta, inst.mu)
+        Dtot = inst.Dbar.sum(axis=1)[:, None]
+        th_i, sg_i = inst.Theta[None, :], inst.sigma[None, :] ** 2
+        c = 4.0 / (vt * eta * T)
+        parts = {
+            "init": c * F0,
+            "drift": c * float(np.dot(taus, Dl)),
+            "noise": 16.0 * eta * L * vt / T * float(np.sum(
+                D_i / Dtot ** 2 * (1 - ms) * th_i * sg_i / ms * a2 / a1 ** 2)),
+            "hetero": 12.0 * eta ** 2 * L ** 2 * inst.zeta2 * float(np.max(
+                gammas ** 2 * (a1 - 1.0) / a1)),
+            "local": 12.0 * eta ** 2 * L ** 2 / T * float(np.sum(
+                (1 - ms) * th_i * sg_i * gammas * (a2 - 1.0) / (ms * a1 * Dtot))),
+        }
+    else:
+        raise ValueError(f"unknown bound {bound!r}: expected 'corollary' or 'general'")
+    parts["total"] = float(sum(parts.values()))
+    return parts
+
+
+# ---- whole evaluation ------------------------------------------------------------------
+@dataclass
+class Evaluation:
+    objective: float
+    terms: dict[str, float]
+    ml_parts: dict[str, float]
+    rounds: list[dict[str, Any]]
+    violations: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    def per_round_table(self):
+        import pandas as pd
+        keys = ("dA", "dR", "delay", "energy", "E_D_ue", "E_D_bs", "E_P_ue", "E_P_dc", "E_A", "E_R")
+        return pd.DataFrame([{"round": t, **{k: r[k] for k in keys}, "aggregator": r["aggregator"]}
+                             for t, r in enumerate(self.rounds)])
+
+
+def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
+             weights: dict[str, float] | None = None) -> Evaluation:
+    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
+    if len(sol.rounds) != inst.T:
+        raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total, **(weights or {})}
+    rounds, gam, ms, taus, Di = [], [], [], [], []
+    for t, r in enumerate(sol.rounds):
+        rt = round_terms(inst, t, r)
+        rt["aggregator"] = int(r.aggregator)
+        rounds.append(rt)
+        gam.append(np.concatenate([r.gamma_ue, r.gamma_dc]))
+        ms.append(np.concatenate([r.m_ue, r.m_dc]))
+        taus.append(rt["delay"])
+        Di.append(np.concatenate([rt["D_n"], rt["D_s"]]))
+    ml = ml_bound(inst, np.array(gam), np.array(ms), np.array(taus), np.array(Di), bound)
+    terms = {"ml_bound": ml["total"], "delay": float(sum(taus)),
+             "energy": float(sum(r["energy"] for r in rounds))}
+    obj = w["xi1"] * terms["ml_bound"] + w["xi2"] * terms["delay"] + w["xi3"] * terms["energy"]
+    return Evaluation(objective=float(obj), terms=terms, ml_parts=ml, rounds=rounds,
+                      violations=constraint_violations(inst, sol, bound=bound))
+
+
+def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
+                          tol: float = FEAS_TOL) -> list[tuple[str, float]]:
+    """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
+    Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
+    out: list[tuple[str, float]] = []
+    gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
+
+    def chk(name: str, excess: np.ndarray, scale: float | np.ndarray = 1.0) -> None:
+        ex = np.asarray(excess, float) / np.maximum(np.asarray(scale, float), 1e-300)
+        if ex.size and ex.max() > tol:
+            idx = np.unravel_index(int(np.argmax(ex)), ex.shape) if ex.ndim else ()
+            out.append((f"{name}{list(int(i) for i in idx)}", float(ex.max())))
+
+    for t, r in enumerate(sol.rounds):
+        p = f"t{t}:"
+        chk(p + "rho_nb>=0", -r.rho_nb)
+        chk(p + "sum_b rho_nb<=1 (rhoUE-BS)", r.rho_nb.sum(axis=1) - 1.0)
+        chk(p + "rho_bs>=0", -r.rho_bs)
+        chk(p + "sum_s rho_bs=1 (rhoBS-DC)", np.abs(r.rho_bs.sum(axis=1) - 1.0))
+        chk(p + "f>=f_min", inst.f_min - r.f, inst.f_min)
+        chk(p + "f<=f_max", r.f - inst.f_max, inst.f_max)
+        chk(p + "z>=z_floor*C", inst.z_floor * inst.C - r.z, inst.C)
+        chk(p + "z<=C", r.z - inst.C, inst.C)
+        for nm, g in (("gamma_ue", r.gamma_ue), ("gamma_dc", r.gamma_dc)):
+            chk(p + nm + ">=gamma_min", inst.gamma_min - g, inst.gamma_min)
+            chk(p + nm + "<=gamma_cap", g - gcap, gcap)
+        for nm, m in (("m_ue", r.m_ue), ("m_dc", r.m_dc)):
+            chk(p + nm + ">=m_floor", inst.m_floor - m)
+            chk(p + nm + "<=1", m - 1.0)
+        chk(p + "R_bs>=R_floor", inst.R_floor - r.R_bs, inst.R_floor)
+        chk(p + "R_bs<=Rmax_bs (eqn: BS_capacity)", r.R_bs - inst.Rmax_bs, inst.Rmax_bs)
+        chk(p + "sum_b R_bs<=Rmax_s (eqn: Server_capacity)", r.R_bs.sum(axis=0) - inst.Rmax_s,
+            inst.Rmax_s)
+    return out
+
+
+# ---- reference orchestration and default weights -----------------------------------------
+def best_uplink(inst: Instance, t: int) -> np.ndarray:
+    return np.argmax(inst.R_nb[t], axis=1)
+
+
+def best_downlink(inst: Instance, t: int) -> np.ndarray:
+    return np.argmax(inst.R_bn[t], axis=0)
+
+
+def full_rates(inst: Instance) -> np.ndarray:
+    """R_bs at capacity, scaled down per DC so that sum_b R_bs <= Rmax_s (eqn: Server_capacity)."""
+    R = inst.Rmax_bs.copy()
+    scale = np.minimum(1.0, inst.Rmax_s / R.sum(axis=0))
+    R = np.maximum(R * scale[None, :], inst.R_floor)
+    return R
+
+
+def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
+    """SPEC §3's reference orchestration: no offloading, fixed aggregator, mid-range f, m, gamma,
+    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations."""
+    rounds = []
+    for t in range(inst.T):
+        rho_bs = np.zeros((inst.B, inst.S))
+        for b in range(inst.B):
+            s = inst.bs_subnet[b] if inst.bs_subnet and inst.bs_subnet[b] < inst.S else 0
+            rho_bs[b, s] = 1.0
+        rounds.append(RoundDecision(
+            rho_nb=np.zeros((inst.N, inst.B)), rho_bs=rho_bs,
+            f=0.5 * (inst.f_min + inst.f_max), z=0.5 * inst.C,
+            gamma_ue=np.full(inst.N, 0.5 * (inst.gamma_min + inst.gamma_max)),
+            gamma_dc=np.full(inst.S, 0.5 * (inst.gamma_min + inst.gamma_max)),
+            m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
+            m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
+            aggregator=aggregator, uplink_bs=best_uplink(inst, t),
+            downlink_bs=best_downlink(inst, t), R_bs=full_rates(inst)))
+    return Solution(rounds=rounds, method="reference", status="feasible")
+
+
+def normalising_weights(inst: Instance) -> dict[str, float]:
+    """xi1, xi2, xi3 that make each part of the objective 1 at the reference orchestration."""
+    ev = evaluate(inst, reference_solution(inst), weights={"xi1": 1.0, "xi2": 1.0, "xi3": 1.0})
+    return {"xi1": 1.0 / ev.terms["ml_bound"], "xi2": 1.0 / ev.terms["delay"],
+            "xi3_total": 1.0 / ev.terms["energy"]}

@@ -1,0 +1,494 @@
+"""Problem P (paper §IV, `eqn: optimization objective text`) as a Pyomo model with one block per
+network element (SPEC §4).
+
+Layout of the model returned by `build_problem`:
+
+* `m.ue[n]`, `m.bs[b]`, `m.dc[s]`: one block per node holding its local variables and its local
+  copies of shared variables, for all rounds. Each node block has two constraint containers:
+  - `blk.convex`: the node's convex set D_d (simplices over its own copies, DC ingress knapsack);
+    together with the variable bounds this is what the primal step projects onto;
+  - `blk.coupling`: constraints C(w) <= 0 hosted by the node (delays, epigraphs of the maxima,
+    the binary-forcing constraints of the relaxation), written over the host's copies; a
+    variable the host does not hold is read from its owner's copy.
+  and an Expression `blk.cost`: the node's (xi3-weighted) energy of all rounds.
+* `m.consensus`: equalities G(w) = 0, copy = owner's copy (paper `eqn: local copy 1`-`2`).
+* `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
+
+Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs
+on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
+bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
+
+Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
+in s, energies in J. `cefl_opt.system` is the numpy twin of every expression here.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pyomo.environ as pyo
+
+from cefl_opt.instance import Instance
+from cefl_opt.solution import RoundDecision, Solution
+from cefl_opt.system import a_norms, full_rates, gamma_cap
+
+GHZ, GBIT = 1e9, 1e9
+BINARY_MODES = ("relaxed", "binary", "fixed")
+BOUND_FORMS = ("corollary", "general")
+
+
+def _globals_for(bound: str) -> tuple[str, ...]:
+    return ("m_min", "g_max") if bound == "corollary" else ("h_max",)
+
+
+def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "corollary",
+                  weights: dict[str, float] | None = None,
+                  fixed: Sequence[RoundDecision] | Solution | None = None) -> pyo.ConcreteModel:
+    """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
+
+    binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
+    con1add-con11add), "binary" (I binary, for SCIP), or "fixed" (I fixed to `fixed`'s
+    aggregator and associations, a continuous NLP for Ipopt).
+    bound: "corollary" (eq:convSpecial, tau term kept) or "general" (eq:GenConvBound).
+    weights: overrides of xi1, xi2, xi3 (the instance's by default).
+    """
+    if binaries not in BINARY_MODES:
+        raise ValueError(f"option 'binaries' is {binaries!r}: expected one of {BINARY_MODES}")
+    if bound not in BOUND_FORMS:
+        raise ValueError(f"option 'bound' is {bound!r}: expected one of {BOUND_FORMS}")
+    if binaries == "fixed" and fixed is None:
+        raise ValueError("binaries='fixed' needs `fixed` (a Solution or a list of RoundDecision)")
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total}
+    for k, v in (weights or {}).items():
+        if k not in w:
+            raise ValueError(f"unknown weight {k!r}: expected xi1, xi2 or xi3")
+        w[k] = float(v)
+
+    T, N, B, S = inst.T, inst.N, inst.B, inst.S
+    m = pyo.ConcreteModel(name=f"CE-FL P ({inst.name})")
+    m.T, m.N, m.B, m.S = (pyo.RangeSet(0, k - 1) for k in (T, N, B, S))
+    m._inst, m._bound, m._binaries, m._weights = inst, bound, binaries, w
+    m._globals = _globals_for(bound)
+    idom = pyo.Binary if binaries == "binary" else pyo.UnitInterval
+    gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
+
+    # constants in internal units (seconds, Gbit, GHz)
+    bD, bM = inst.beta_D / GBIT, inst.beta_M / GBIT            # Gbit
+    Dbar = inst.Dbar
+    dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb       # s per unit rho_nb   [T,N,B]
+    dM_nb = inst.beta_M / inst.R_nb                            # [T,N,B]
+    dM_ss = inst.beta_M / inst.R_ss
+    for t in range(T):
+        np.fill_diagonal(dM_ss[t], 0.0)
+    dM_sb = inst.beta_M / inst.R_sb                            # [T,S,B]
+    dM_bn = inst.beta_M / inst.R_bn                            # [T,B,N]
+    kP = inst.c / GHZ                                          # s*GHz per sample
+    kE = inst.c * inst.alpha / 2.0 * GHZ ** 2                  # J per sample per GHz^2
+    xi3 = inst.xi3
+    R0 = full_rates(inst) / GBIT
+    mglob = {"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
+             "h_max": (0.0, None)}
+
+    def add_global_copies(blk, names: Iterable[str]) -> None:
+        for g in names:
+            lo, hi = mglob[g]
+            setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
+
+    # ------------------------------------------------------------------ UE blocks
+    def ue_rule(blk, n):
+        blk.f = pyo.Var(m.T, bounds=(inst.f_min[n] / GHZ, inst.f_max[n] / GHZ),
+                        initialize=inst.f_max[n] / GHZ)
+        blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
+        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
+        blk.rho = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=0.0)          # rho_nb[n, :]
+        blk.Inb = pyo.Var(m.T, m.B, domain=idom, initialize=1.0 / B)            # owner
+        blk.Ibn = pyo.Var(m.T, m.B, domain=idom, initialize=1.0 / B)            # owner of I_bn[:, n]
+        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)             # copy
+        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)               # copy
+        add_global_copies(blk, m._globals)
+        blk.convex = pyo.Block()
+        blk.coupling = pyo.Block()
+        blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
+        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in m.B) == 1)
+        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in m.B) == 1)
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
+
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
+        blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
+        blk.EP = pyo.Expression(m.T, rule=lambda e, t: kE[n] * blk.gamma[t] * blk.m[t] * blk.D[t] * blk.f[t] ** 2)
+
+        def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator (R_bs read from bs[b])
+            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
+                    + sum(bM / m.bs[b].R[t, s] * blk.Is[t, s] * blk.Inb[t, b] for b in m.B for s in m.S))
+        blk.dA_n = pyo.Expression(m.T, rule=dA_n)
+
+        def EA_n(e, t):
+            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
+                    + sum(bM / m.bs[b].R[t, s] * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
+                          for b in m.B for s in m.S))
+        blk.EA_n = pyo.Expression(m.T, rule=EA_n)
+        blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
+            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in m.B))
+
+        blk.coupling.delay = pyo.Constraint(  # delay_agg_UE_mainpaper
+            m.T, rule=lambda c, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
+        _dpu_epigraphs(m, blk, bound)
+        if binaries == "relaxed":
+            blk.coupling.force_Inb = pyo.Constraint(  # con12add
+                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in m.B) <= 0)
+            blk.coupling.force_Ibn = pyo.Constraint(  # con11add
+                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in m.B) <= 0)
+        blk.cost = pyo.Expression(expr=sum(
+            xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
+
+    # ------------------------------------------------------------------ BS blocks
+    def bs_rule(blk, b):
+        blk.rho_nb = pyo.Var(m.T, m.N, bounds=(0.0, 1.0), initialize=0.0)       # copy rho_nb[:, b]
+        blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)   # owner
+        blk.R = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
+                        initialize=lambda v, t, s: R0[b, s])                    # owner (Gbit/s)
+        blk.Ibn = pyo.Var(m.T, m.N, domain=idom, initialize=1.0 / B)            # copy of I_bn[b, :]
+        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)
+        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
+        blk.dR = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
+        blk.dB = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)               # local epigraph
+        blk.convex = pyo.Block()
+        blk.coupling = pyo.Block()
+        blk.convex.rho_bs_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho_bs[t, s] for s in m.S) == 1)
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
+
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+        blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
+        blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
+            m.T, m.N, rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
+        blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
+            m.T, rule=lambda c, t: sum(dM_sb[t, s, b] * blk.Is[t, s] for s in m.S) + blk.dB[t] - blk.dR[t] <= 0)
+        blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(blk.dD_bs[t, s] * inst.P_bs[b, s] for s in m.S))
+        blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_sb[t, s, b] * inst.P_sb[s, b] * blk.Is[t, s]
+                                                            for s in m.S) + blk.dB[t] * inst.P_b[t, b])
+        blk.cost = pyo.Expression(expr=sum(xi3[1] * blk.ED[t] + xi3[5] * blk.ER[t] for t in m.T))
+
+    # ------------------------------------------------------------------ DC blocks
+    def dc_rule(blk, s):
+        blk.z = pyo.Var(m.T, bounds=(inst.z_floor, 1.0), initialize=1.0)        # z / C
+        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
+        blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
+        blk.eBS = pyo.Var(m.T, bounds=(0.0, None), initialize=0.0)              # max_b dD_bs
+        blk.eNB = pyo.Var(m.T, bounds=(0.0, None), initialize=0.0)              # max_nb dD_nb
+        blk.rho_nb = pyo.Var(m.T, m.N, m.B, bounds=(0.0, 1.0), initialize=0.0)  # copies
+        blk.rho_bs = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=1.0 / S)   # copy rho_bs[:, s]
+        blk.R = pyo.Var(m.T, m.B, bounds=lambda v, t, b: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
+                        initialize=lambda v, t, b: R0[b, s])                    # copy R_bs[:, s]
+        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)             # owner if s == 0
+        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
+        blk.dR = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
+        add_global_copies(blk, m._globals)
+        blk.convex = pyo.Block()
+        blk.coupling = pyo.Block()
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
+        blk.convex.rho_nb_sum = pyo.Constraint(
+            m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in m.B) <= 1)
+        blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
+            m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
+
+        blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(blk.rho_nb[t, n, b] * Dbar[t, n] for n in m.N))
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
+        blk.dP = pyo.Expression(m.T, rule=lambda e, t: blk.gamma[t] * blk.m[t] * blk.D[t]
+                                / (inst.M[s] * inst.C[s] * blk.z[t]))
+        blk.EP = pyo.Expression(m.T, rule=lambda e, t: blk.dP[t] * inst.Pbar[s] * inst.M[s]
+                                * (inst.rho_idle * blk.z[t] ** 2 + 1 - inst.rho_idle))
+        blk.dA_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * blk.Is[t, k] for k in m.S))
+        blk.dR_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * blk.Is[t, k] for k in m.S))
+        blk.EA = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * inst.P_ss[s, k] * blk.Is[t, k]
+                                                            for k in m.S))
+        blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * inst.P_ss[k, s] * blk.Is[t, k]
+                                                            for k in m.S))
+        blk.coupling.eBS_epi = pyo.Constraint(  # max_b in eq:delayAtDCdataCollect
+            m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
+        blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
+            m.T, m.N, m.B, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
+        blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
+            m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
+        blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
+            m.T, rule=lambda c, t: blk.dR_s[t] - blk.dR[t] <= 0)
+        _dpu_epigraphs(m, blk, bound)
+        if binaries == "relaxed" and s == 0:
+            blk.coupling.force_Is = pyo.Constraint(  # con1add
+                m.T, rule=lambda c, t: sum(blk.Is[t, k] * (1 - blk.Is[t, k]) for k in m.S) <= 0)
+        blk.cost = pyo.Expression(expr=sum(
+            xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
+
+    m.bs = pyo.Block(m.B, rule=bs_rule)   # BSs first: UE expressions read bs[b].R
+    m.ue = pyo.Block(m.N, rule=ue_rule)
+    m.dc = pyo.Block(m.S, rule=dc_rule)
+
+    # ------------------------------------------------------------------ consensus G(w) = 0
+    m.consensus = pyo.Block()
+    cs = m.consensus
+    cs.rho_nb_bs = pyo.Constraint(m.T, m.N, m.B, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
+    cs.rho_nb_dc = pyo.Constraint(m.T, m.N, m.B, m.S,
+                                  rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
+    cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].rho_bs[t, b] == m.bs[b].rho_bs[t, s])
+    cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].R[t, b] == m.bs[b].R[t, s])
+    cs.Ibn_bs = pyo.Constraint(m.T, m.B, m.N, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
+    own = m.dc[0]
+    cs.Is_ue = pyo.Constraint(m.T, m.S, m.N, rule=lambda c, t, s, n: m.ue[n].Is[t, s] == own.Is[t, s])
+    cs.Is_bs = pyo.Constraint(m.T, m.S, m.B, rule=lambda c, t, s, b: m.bs[b].Is[t, s] == own.Is[t, s])
+    cs.Is_dc = pyo.Constraint(m.T, m.S, m.S, rule=lambda c, t, s, k: (
+        m.dc[k].Is[t, s] == own.Is[t, s]) if k != 0 else pyo.Constraint.Skip)
+    cs.dA_ue = pyo.Constraint(m.T, m.N, rule=lambda c, t, n: m.ue[n].dA[t] == own.dA[t])
+    cs.dA_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: m.bs[b].dA[t] == own.dA[t])
+    cs.dA_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: (m.dc[k].dA[t] == own.dA[t]) if k != 0
+                              else pyo.Constraint.Skip)
+    cs.dR_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: m.bs[b].dR[t] == own.dR[t])
+    cs.dR_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: (m.dc[k].dR[t] == own.dR[t]) if k != 0
+                              else pyo.Constraint.Skip)
+    for g in m._globals:
+        setattr(cs, f"{g}_ue", pyo.Constraint(m.N, rule=lambda c, n, g=g: getattr(m.ue[n], g) == getattr(own, g)))
+        setattr(cs, f"{g}_dc", pyo.Constraint(m.S, rule=lambda c, k, g=g: (
+            getattr(m.dc[k], g) == getattr(own, g)) if k != 0 else pyo.Constraint.Skip))
+
+    # ------------------------------------------------------------------ objective of P
+    m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
+    m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
+    m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
+    m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
+    m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
+
+    if binaries == "fixed":
+        fix_binaries(m, fixed)
+    return m
+
+
+def _dpu_epigraphs(m, blk, bound: str) -> None:
+    """A DPU's links to the bound's global epigraph variables (copies held by the DPU)."""
+    inst = m._inst
+    if bound == "corollary":
+        blk.coupling.m_min_epi = pyo.Constraint(m.T, rule=lambda c, t: blk.m_min - blk.m[t] <= 0)
+        blk.coupling.g_max_epi = pyo.Constraint(m.T, rule=lambda c, t: blk.gamma[t] - blk.g_max <= 0)
+    else:  # term (d) of eq:GenConvBound: max over t, i of g^2 (||a||_1 - a_{-1}) / ||a||_1
+        q = 1.0 - inst.eta * inst.mu
+
+        def h(c, t):
+            g = blk.gamma[t]
+            a1 = g if q == 1.0 else (1 - q ** g) / (1 - q)
+            return g ** 2 * (a1 - 1) / a1 - blk.h_max <= 0
+        blk.coupling.h_max_epi = pyo.Constraint(m.T, rule=h)
+
+
+def _ml_expression(m, inst: Instance, bound: str):
+    """Objective term (a): eq:convSpecial (tau term before condition (v)) or eq:GenConvBound."""
+    T, d = inst.T, inst.I
+    own = m.dc[0]
+    drift = sum(m.tau[t] * float(inst.Delta[t].sum()) for t in m.T)
+    th, sg = float(inst.Theta.max()), float(inst.sigma.max())
+    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    dpus = [(blk, i) for i, blk in enumerate(list(m.ue.values()) + list(m.dc.values()))]
+    if bound == "corollary":
+        gbar = sum(blk.gamma[t] for blk, _ in dpus for t in m.T)
+        c0 = 4.0 * pyo.sqrt(gbar) / (vt * math.sqrt(d * T))
+        return (c0 * F0 + c0 * drift
+                + 16.0 * L * vt * th * sg ** 2 / own.m_min * pyo.sqrt(d / T) / pyo.sqrt(gbar)
+                + 12.0 * L ** 2 * d * th * sg ** 2 * own.g_max / (gbar * own.m_min * T)
+                + 12.0 * L ** 2 * inst.zeta2 * d * own.g_max ** 2 / (gbar * T))
+    eta, q = inst.eta, 1.0 - inst.eta * inst.mu
+    c = 4.0 / (vt * eta * T)
+    noise, local = 0, 0
+    for blk, i in dpus:
+        for t in m.T:
+            g, mm = blk.gamma[t], blk.m[t]
+            a1 = g if q == 1.0 else (1 - q ** g) / (1 - q)
+            a2 = g if q == 1.0 else (1 - q ** (2 * g)) / (1 - q ** 2)
+            Dt = float(inst.Dbar[t].sum())
+            ts = inst.Theta[i] * inst.sigma[i] ** 2
+            noise += blk.D[t] / Dt ** 2 * (1 - mm) * ts / mm * a2 / a1 ** 2
+            local += (1 - mm) * ts * g * (a2 - 1) / (mm * a1 * Dt)
+    return (c * F0 + c * drift + 16.0 * eta * L * vt / T * noise
+            + 12.0 * eta ** 2 * L ** 2 * inst.zeta2 * own.h_max + 12.0 * eta ** 2 * L ** 2 / T * local)
+
+
+# ---------------------------------------------------------------------- structure queries
+def _node_blocks(m) -> list:
+    return list(m.ue.values()) + list(m.bs.values()) + list(m.dc.values())
+
+
+def node_blocks(m) -> dict[str, Any]:
+    """{'ue0': block, ..., 'bs0': ..., 'dc0': ...} in a fixed order."""
+    out = {f"ue{n}": m.ue[n] for n in m.N}
+    out.update({f"bs{b}": m.bs[b] for b in m.B})
+    out.update({f"dc{s}": m.dc[s] for s in m.S})
+    return out
+
+
+def node_variables(blk) -> list:
+    """The node's variables: its local ones and its copies of shared ones."""
+    return list(blk.component_data_objects(pyo.Var, descend_into=False))
+
+
+def node_constraints(blk, role: str) -> list:
+    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node)."""
+    if role not in ("convex", "coupling"):
+        raise ValueError(f"role {role!r}: expected 'convex' or 'coupling'")
+    return list(getattr(blk, role).component_data_objects(pyo.Constraint, active=True))
+
+
+def consensus_constraints(m) -> list:
+    return list(m.consensus.component_data_objects(pyo.Constraint, active=True))
+
+
+def variable_owner_map(m) -> dict[int, str]:
+    """id(VarData) -> node name, for enumerating which nodes a constraint touches."""
+    out = {}
+    for name, blk in node_blocks(m).items():
+        for v in node_variables(blk):
+            out[id(v)] = name
+    return out
+
+
+def constraint_nodes(m, con, owner_map: dict[int, str] | None = None) -> set[str]:
+    """Names of the nodes whose variables appear in constraint `con`."""
+    from pyomo.core.expr.visitor import identify_variables
+    owner_map = owner_map or variable_owner_map(m)
+    return {owner_map[id(v)] for v in identify_variables(con.body, include_fixed=True)}
+
+
+# ---------------------------------------------------------------------- binaries
+def _binary_vars(m):
+    """(var, t, key, kind) for every copy of every binary decision."""
+    for n in m.N:
+        for t in m.T:
+            for b in m.B:
+                yield m.ue[n].Inb[t, b], t, (n, b), "Inb"
+                yield m.ue[n].Ibn[t, b], t, (n, b), "Ibn"
+    for b in m.B:
+        for t in m.T:
+            for n in m.N:
+                yield m.bs[b].Ibn[t, n], t, (n, b), "Ibn"
+    for blk in _node_blocks(m):
+        for t in m.T:
+            for s in m.S:
+                yield blk.Is[t, s], t, s, "Is"
+
+
+def fix_binaries(m, decisions: Sequence[RoundDecision] | Solution) -> None:
+    """Fix every copy of I_s, I_nb, I_bn to the aggregator and associations of `decisions`."""
+    rounds = decisions.rounds if isinstance(decisions, Solution) else list(decisions)
+    if len(rounds) != len(m.T):
+        raise ValueError(f"fixed decisions have {len(rounds)} rounds, the model {len(m.T)}")
+    for v, t, key, kind in _binary_vars(m):
+        r = rounds[t]
+        if kind == "Is":
+            val = 1.0 if key == int(r.aggregator) else 0.0
+        elif kind == "Inb":
+            val = 1.0 if int(r.uplink_bs[key[0]]) == key[1] else 0.0
+        else:
+            val = 1.0 if int(r.downlink_bs[key[0]]) == key[1] else 0.0
+        v.fix(val)
+
+
+def unfix_binaries(m) -> None:
+    for v, *_ in _binary_vars(m):
+        v.unfix()
+
+
+# ---------------------------------------------------------------------- load / extract
+def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
+    """Set every variable (all copies, epigraph variables at their tight values) from `sol`."""
+    from cefl_opt import system
+    inst: Instance = m._inst
+    rounds = sol.rounds if isinstance(sol, Solution) else list(sol)
+    gam, ms, hs = [], [], []
+    for t, r in enumerate(rounds):
+        rt = system.round_terms(inst, t, r)
+        for n in m.N:
+            u = m.ue[n]
+            u.f[t].set_value(r.f[n] / GHZ, skip_validation=True)
+            u.m[t].set_value(r.m_ue[n], skip_validation=True)
+            u.gamma[t].set_value(r.gamma_ue[n], skip_validation=True)
+            u.dA[t].set_value(rt["dA"], skip_validation=True)
+            for b in m.B:
+                u.rho[t, b].set_value(r.rho_nb[n, b], skip_validation=True)
+                u.Inb[t, b].set_value(float(r.uplink_bs[n] == b), skip_validation=True)
+                u.Ibn[t, b].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
+        for b in m.B:
+            bb = m.bs[b]
+            bb.dA[t].set_value(rt["dA"], skip_validation=True)
+            bb.dR[t].set_value(rt["dR"], skip_validation=True)
+            bb.dB[t].set_value(rt["dB_b"][b], skip_validation=True)
+            for n in m.N:
+                bb.rho_nb[t, n].set_value(r.rho_nb[n, b], skip_validation=True)
+                bb.Ibn[t, n].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
+            for s in m.S:
+                bb.rho_bs[t, s].set_value(r.rho_bs[b, s], skip_validation=True)
+                bb.R[t, s].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
+        for s in m.S:
+            d = m.dc[s]
+            d.z[t].set_value(r.z[s] / inst.C[s], skip_validation=True)
+            d.gamma[t].set_value(r.gamma_dc[s], skip_validation=True)
+            d.m[t].set_value(r.m_dc[s], skip_validation=True)
+            d.eBS[t].set_value(float(rt["dD_bs"][:, s].max()), skip_validation=True)
+            d.eNB[t].set_value(float(rt["dD_nb"].max()), skip_validation=True)
+            d.dA[t].set_value(rt["dA"], skip_validation=True)
+            d.dR[t].set_value(rt["dR"], skip_validation=True)
+            for b in m.B:
+                d.rho_bs[t, b].set_value(r.rho_bs[b, s], skip_validation=True)
+                d.R[t, b].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
+                for n in m.N:
+                    d.rho_nb[t, n, b].set_value(r.rho_nb[n, b], skip_validation=True)
+        for blk in _node_blocks(m):
+            for s in m.S:
+                blk.Is[t, s].set_value(float(r.aggregator == s), skip_validation=True)
+        gam.append(np.concatenate([r.gamma_ue, r.gamma_dc]))
+        ms.append(np.concatenate([r.m_ue, r.m_dc]))
+    gam, ms = np.array(gam), np.array(ms)
+    a1, _ = a_norms(gam, inst.eta, inst.mu)
+    vals = {"m_min": float(ms.min()), "g_max": float(gam.max()),
+            "h_max": float(np.max(gam ** 2 * (a1 - 1) / a1))}
+    for blk in list(m.ue.values()) + list(m.dc.values()):
+        for g in m._globals:
+            getattr(blk, g).set_value(vals[g], skip_validation=True)
+
+
+def extract_solution(m, *, method: str = "model", status: str = "unknown") -> Solution:
+    """Read a Solution from the owners' copies; I's are rounded to the largest entry."""
+    inst: Instance = m._inst
+    val = pyo.value
+    rounds = []
+    for t in m.T:
+        rounds.append(RoundDecision(
+            rho_nb=np.array([[val(m.ue[n].rho[t, b]) for b in m.B] for n in m.N]),
+            rho_bs=np.array([[val(m.bs[b].rho_bs[t, s]) for s in m.S] for b in m.B]),
+            f=np.array([val(m.ue[n].f[t]) * GHZ for n in m.N]),
+            z=np.array([val(m.dc[s].z[t]) * inst.C[s] for s in m.S]),
+            gamma_ue=np.array([val(m.ue[n].gamma[t]) for n in m.N]),
+            gamma_dc=np.array([val(m.dc[s].gamma[t]) for s in m.S]),
+            m_ue=np.array([val(m.ue[n].m[t]) for n in m.N]),
+            m_dc=np.array([val(m.dc[s].m[t]) for s in m.S]),
+            aggregator=int(np.argmax([val(m.dc[0].Is[t, s]) for s in m.S])),
+            uplink_bs=np.array([int(np.argmax([val(m.ue[n].Inb[t, b]) for b in m.B])) for n in m.N]),
+            downlink_bs=np.array([int(np.argmax([val(m.ue[n].Ibn[t, b]) for b in m.B])) for n in m.N]),
+            R_bs=np.array([[val(m.bs[b].R[t, s]) * GBIT for s in m.S] for b in m.B]),
+        ))
+    return Solution(rounds=rounds, method=method, status=status)
+
+
+def clip_to_bounds(sol: Solution, inst: Instance, bound: str = "corollary") -> Solution:
+    """Project a solver's point onto the variable boxes and simplices (solver round-off only)."""
+    gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
+    for r in sol.rounds:
+        r.rho_nb = np.clip(r.rho_nb, 0.0, 1.0)
+        tot = r.rho_nb.sum(axis=1, keepdims=True)
+        r.rho_nb = np.where(tot > 1.0, r.rho_nb / np.maximum(tot, 1e-300), r.rho_nb)
+        r.rho_bs = np.clip(r.rho_bs, 0.0, 1.0)
+        r.rho_bs = r.rho_bs / r.rho_bs.sum(axis=1, keepdims=True)
+        r.f = np.clip(r.f, inst.f_min, inst.f_max)
+        r.z = np.clip(r.z, inst.z_floor * inst.C, inst.C)
+        r.gamma_ue = np.clip(r.gamma_ue, inst.gamma_min, gcap)
+        r.gamma_dc = np.clip(r.gamma_dc, inst.gamma_min, gcap)
+        r.m_ue = np.clip(r.m_ue, inst.m_floor, 1.0)
+        r.m_dc = np.clip(r.m_dc, inst.m_floor, 1.0)
+        r.R_bs = np.clip(r.R_bs, inst.R_floor, inst.Rmax_bs)
+        over = r.R_bs.sum(axis=0) / inst.Rmax_s
+        r.R_bs = np.where(over[None, :] > 1.0, r.R_bs / np.maximum(over, 1.0)[None, :], r.R_bs)
+    return sol
