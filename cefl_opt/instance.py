@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -183,13 +185,24 @@ class Instance:
             b, s = np.unravel_index(int(np.argmax(self.R_floor > self.Rmax_bs)), self.Rmax_bs.shape)
             raise InstanceError(f"field 'Rmax_bs' value {self.Rmax_bs[b, s]} at [{b}][{s}] is below "
                                 f"R_floor {self.R_floor}")
+        for key in ("dc_names", "ue_subnet", "bs_subnet", "dc_subnet", "ue_labels", "graph_edges"):
+            if not isinstance(getattr(self, key), (list, tuple)):
+                raise InstanceError(f"field '{key}' must be a list, got {_short(getattr(self, key))}")
+        if not isinstance(self.notes, dict):
+            raise InstanceError(f"field 'notes' must be an object, got {_short(self.notes)}")
         for key, n_expect in (("ue_subnet", self.N), ("bs_subnet", self.B), ("dc_subnet", self.S),
                               ("dc_names", self.S)):
             val = getattr(self, key)
             if val and len(val) != n_expect:
                 raise InstanceError(f"field '{key}' has {len(val)} entries, expected {n_expect}")
+            ok = (lambda x: isinstance(x, str)) if key == "dc_names" else (
+                lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0)
+            bad = [x for x in val if not ok(x)]
+            if bad:
+                raise InstanceError(f"field '{key}' has an invalid entry {bad[0]!r}")
         if self.ue_labels and (len(self.ue_labels) != self.T
-                               or any(len(r) != self.N for r in self.ue_labels)):
+                               or any(not isinstance(r, (list, tuple)) or len(r) != self.N
+                                      for r in self.ue_labels)):
             raise InstanceError(f"field 'ue_labels' must be [T][N] = [{self.T}][{self.N}]")
         for e in self.graph_edges:
             if (not isinstance(e, (list, tuple)) or len(e) != 2
@@ -271,7 +284,10 @@ class Instance:
             elif f.name in SCALAR_FIELDS:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise InstanceError(f"field '{f.name}' must be a number, got {_short(v)}")
-                kw[f.name] = float(v)
+                try:
+                    kw[f.name] = float(v)
+                except OverflowError:
+                    raise InstanceError(f"field '{f.name}' value {_short(v)} is too large") from None
             else:
                 kw[f.name] = v
         inst = cls(**kw)
@@ -353,7 +369,18 @@ def read_json(path: str | Path, *, what: str) -> Any:
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to a temporary file and rename it: never a partly written output."""
     p = Path(path)
+    text = json.dumps(data, indent=1)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(p)
+    # a unique temporary name in the same folder, removed if anything fails before the rename
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

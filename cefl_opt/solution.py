@@ -114,11 +114,13 @@ class Solution:
                 if dtype is int:
                     if np.any(arr != np.round(arr)):
                         raise InstanceError(f"field 'rounds[{t}].{k}' must hold integers")
-                    arr = arr.astype(int)
                     hi = instance.B if instance is not None else None
                     if hi is not None and (np.any(arr < 0) or np.any(arr >= hi)):
                         raise InstanceError(f"field 'rounds[{t}].{k}' has a BS index outside "
                                             f"0..{hi - 1}: {arr.tolist()}")
+                    if np.any(np.abs(arr) > 2 ** 31):
+                        raise InstanceError(f"field 'rounds[{t}].{k}' has an index out of range")
+                    arr = arr.astype(int)
                 kw[k] = arr
             agg = r.get("aggregator")
             if isinstance(agg, bool) or not isinstance(agg, int):
@@ -127,6 +129,13 @@ class Solution:
                 raise InstanceError(f"field 'rounds[{t}].aggregator' value {agg} is not a DC "
                                     f"index 0..{instance.S - 1}")
             rounds.append(RoundDecision(**kw, aggregator=agg))
+        for k in ("wall_s", "objective", "bound", "gap"):
+            v = data.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise InstanceError(f"field '{k}' must be a number or null, got {v!r}")
+        for k in ("terms", "info"):
+            if data.get(k) is not None and not isinstance(data.get(k), dict):
+                raise InstanceError(f"field '{k}' must be an object, got {data.get(k)!r}")
         terms = data.get("terms") or {}
         return cls(rounds=rounds, method=str(data.get("method", "unknown")),
                    status=str(data.get("status", "unknown")), wall_s=float(data.get("wall_s") or 0.0),

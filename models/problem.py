@@ -23,6 +23,7 @@ in s, energies in J. `cefl_opt.system` is the numpy twin of every expression her
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Iterable, Sequence
 
@@ -44,7 +45,8 @@ def _globals_for(bound: str) -> tuple[str, ...]:
 
 def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "corollary",
                   weights: dict[str, float] | None = None,
-                  fixed: Sequence[RoundDecision] | Solution | None = None) -> pyo.ConcreteModel:
+                  fixed: Sequence[RoundDecision] | Solution | None = None,
+                  copies: bool = True, delay_cap: float | None = None) -> pyo.ConcreteModel:
     """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
 
     binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
@@ -52,6 +54,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     aggregator and associations, a continuous NLP for Ipopt).
     bound: "corollary" (eq:convSpecial, tau term kept) or "general" (eq:GenConvBound).
     weights: overrides of xi1, xi2, xi3 (the instance's by default).
+    copies: True (SPEC §4: each node holds its own copies, tied by `m.consensus`); False makes
+    every copy a Pyomo Reference to the owner's variable (same equations, no consensus block,
+    no duplicated simplices): the compact form for the centralised solvers.
+    delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
+    J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
     """
     if binaries not in BINARY_MODES:
         raise ValueError(f"option 'binaries' is {binaries!r}: expected one of {BINARY_MODES}")
@@ -70,7 +77,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     m.T, m.N, m.B, m.S = (pyo.RangeSet(0, k - 1) for k in (T, N, B, S))
     m._inst, m._bound, m._binaries, m._weights = inst, bound, binaries, w
     m._globals = _globals_for(bound)
+    m._copies = copies
     idom = pyo.Binary if binaries == "binary" else pyo.UnitInterval
+    i0 = (lambda k: 0.0) if binaries == "binary" else (lambda k: 1.0 / k)  # binaries start at 0
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 
     # constants in internal units (seconds, Gbit, GHz)
@@ -90,29 +99,100 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     mglob = {"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
              "h_max": (0.0, None)}
 
-    def add_global_copies(blk, names: Iterable[str]) -> None:
-        for g in names:
-            lo, hi = mglob[g]
-            setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
-
     # ------------------------------------------------------------------ UE blocks
-    def ue_rule(blk, n):
+    # ------------------------------------------------------------------ variables
+    m.bs = pyo.Block(m.B)
+    m.ue = pyo.Block(m.N)
+    m.dc = pyo.Block(m.S)
+    own = m.dc[0]
+    for n in m.N:  # owned by UE n
+        blk = m.ue[n]
         blk.f = pyo.Var(m.T, bounds=(inst.f_min[n] / GHZ, inst.f_max[n] / GHZ),
                         initialize=inst.f_max[n] / GHZ)
         blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
         blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
         blk.rho = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=0.0)          # rho_nb[n, :]
-        blk.Inb = pyo.Var(m.T, m.B, domain=idom, initialize=1.0 / B)            # owner
-        blk.Ibn = pyo.Var(m.T, m.B, domain=idom, initialize=1.0 / B)            # owner of I_bn[:, n]
-        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)             # copy
-        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)               # copy
-        add_global_copies(blk, m._globals)
+        blk.Inb = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))
+        blk.Ibn = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))            # I_bn[:, n]
+    for b in m.B:  # owned by BS b
+        blk = m.bs[b]
+        blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)
+        blk.R = pyo.Var(m.T, m.S, bounds=lambda v, t, s, b=b: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
+                        initialize=lambda v, t, s, b=b: R0[b, s])               # Gbit/s
+        blk.dB = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)          # local epigraph
+    for s in m.S:  # owned by DC s; DC 0 also owns the global shared variables
+        blk = m.dc[s]
+        blk.z = pyo.Var(m.T, bounds=(inst.z_floor, 1.0), initialize=1.0)        # z / C
+        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
+        blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
+        blk.eBS = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)         # max_b dD_bs
+        if copies or s == 0:  # compact form: max_{n,b} dD_nb is the same for every DC
+            blk.eNB = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)     # max_nb dD_nb
+        else:
+            blk.eNB = pyo.Reference(own.eNB)
+    own.Is = pyo.Var(m.T, m.S, domain=idom, initialize=i0(S))
+    own.dA = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)
+    own.dR = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)
+    for g in m._globals:
+        lo, hi = mglob[g]
+        setattr(own, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
+
+    def copy(blk, name: str, index: tuple, target, **var_kw) -> None:
+        """A node's copy of a shared variable: its own Var, or a Reference to the owner's."""
+        if copies:
+            setattr(blk, name, pyo.Var(*index, **var_kw))
+        else:
+            keys = itertools.product(*(list(ix) for ix in index))
+            setattr(blk, name, pyo.Reference({k if len(k) > 1 else k[0]: target(*k) for k in keys}))
+
+    def copy_globals(blk) -> None:
+        blk._g = {}
+        for g in m._globals:
+            if copies:
+                lo, hi = mglob[g]
+                setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
+                blk._g[g] = getattr(blk, g)
+            else:
+                blk._g[g] = getattr(own, g)
+
+    shared = {"domain": idom, "initialize": i0(S)}
+    for n in m.N:
+        blk = m.ue[n]
+        copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
+        copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+        copy_globals(blk)
+    for b in m.B:
+        blk = m.bs[b]
+        copy(blk, "rho_nb", (m.T, m.N), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "Ibn", (m.T, m.N), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom, initialize=i0(B))
+        copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
+        copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+        copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
+    for s in m.S:
+        blk = m.dc[s]
+        copy(blk, "rho_nb", (m.T, m.N, m.B), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "rho_bs", (m.T, m.B), lambda t, b, s=s: m.bs[b].rho_bs[t, s], bounds=(0.0, 1.0),
+             initialize=1.0 / S)
+        copy(blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
+             bounds=lambda v, t, b, s=s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
+             initialize=lambda v, t, b, s=s: R0[b, s])
+        if s != 0:
+            copy(blk, "Is", (m.T, m.S), lambda t, k: own.Is[t, k], **shared)
+            copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+            copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
+            copy_globals(blk)
+        else:
+            blk._g = {g: getattr(own, g) for g in m._globals}
+
+    # ------------------------------------------------------------------ UE equations
+    def ue_rule(blk, n):
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
         blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
         blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in m.B) == 1)
         blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in m.B) == 1)
-        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
+        if copies:
+            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
@@ -144,19 +224,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
     # ------------------------------------------------------------------ BS blocks
     def bs_rule(blk, b):
-        blk.rho_nb = pyo.Var(m.T, m.N, bounds=(0.0, 1.0), initialize=0.0)       # copy rho_nb[:, b]
-        blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)   # owner
-        blk.R = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
-                        initialize=lambda v, t, s: R0[b, s])                    # owner (Gbit/s)
-        blk.Ibn = pyo.Var(m.T, m.N, domain=idom, initialize=1.0 / B)            # copy of I_bn[b, :]
-        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)
-        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
-        blk.dR = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
-        blk.dB = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)               # local epigraph
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
         blk.convex.rho_bs_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho_bs[t, s] for s in m.S) == 1)
-        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
+        if copies:
+            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
         blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
@@ -171,24 +243,13 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
     # ------------------------------------------------------------------ DC blocks
     def dc_rule(blk, s):
-        blk.z = pyo.Var(m.T, bounds=(inst.z_floor, 1.0), initialize=1.0)        # z / C
-        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
-        blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
-        blk.eBS = pyo.Var(m.T, bounds=(0.0, None), initialize=0.0)              # max_b dD_bs
-        blk.eNB = pyo.Var(m.T, bounds=(0.0, None), initialize=0.0)              # max_nb dD_nb
-        blk.rho_nb = pyo.Var(m.T, m.N, m.B, bounds=(0.0, 1.0), initialize=0.0)  # copies
-        blk.rho_bs = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=1.0 / S)   # copy rho_bs[:, s]
-        blk.R = pyo.Var(m.T, m.B, bounds=lambda v, t, b: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
-                        initialize=lambda v, t, b: R0[b, s])                    # copy R_bs[:, s]
-        blk.Is = pyo.Var(m.T, m.S, domain=idom, initialize=1.0 / S)             # owner if s == 0
-        blk.dA = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
-        blk.dR = pyo.Var(m.T, bounds=(0.0, None), initialize=1.0)
-        add_global_copies(blk, m._globals)
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
-        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
-        blk.convex.rho_nb_sum = pyo.Constraint(
-            m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in m.B) <= 1)
+        if copies or s == 0:
+            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
+        if copies:
+            blk.convex.rho_nb_sum = pyo.Constraint(
+                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in m.B) <= 1)
         blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
             m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
 
@@ -206,8 +267,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                                                             for k in m.S))
         blk.coupling.eBS_epi = pyo.Constraint(  # max_b in eq:delayAtDCdataCollect
             m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
-        blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
-            m.T, m.N, m.B, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
+        if copies or s == 0:
+            blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
+                m.T, m.N, m.B, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
         blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
             m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
@@ -219,13 +281,34 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.cost = pyo.Expression(expr=sum(
             xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
 
-    m.bs = pyo.Block(m.B, rule=bs_rule)   # BSs first: UE expressions read bs[b].R
-    m.ue = pyo.Block(m.N, rule=ue_rule)
-    m.dc = pyo.Block(m.S, rule=dc_rule)
+    for b in m.B:
+        bs_rule(m.bs[b], b)
+    for n in m.N:
+        ue_rule(m.ue[n], n)
+    for s in m.S:
+        dc_rule(m.dc[s], s)
 
     # ------------------------------------------------------------------ consensus G(w) = 0
     m.consensus = pyo.Block()
+    if copies:
+        _consensus(m)
+
+    # ------------------------------------------------------------------ objective of P
+    m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
+    m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
+    m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
+    m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
+    m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
+
+    if binaries == "fixed":
+        fix_binaries(m, fixed)
+    return m
+
+
+def _consensus(m) -> None:
+    """G(w) = 0: every copy equals its owner's variable (paper eqn: local copy 1-2)."""
     cs = m.consensus
+    own = m.dc[0]
     cs.rho_nb_bs = pyo.Constraint(m.T, m.N, m.B, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
     cs.rho_nb_dc = pyo.Constraint(m.T, m.N, m.B, m.S,
                                   rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
@@ -249,31 +332,20 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         setattr(cs, f"{g}_dc", pyo.Constraint(m.S, rule=lambda c, k, g=g: (
             getattr(m.dc[k], g) == getattr(own, g)) if k != 0 else pyo.Constraint.Skip))
 
-    # ------------------------------------------------------------------ objective of P
-    m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
-    m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
-    m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
-    m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
-    m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
-
-    if binaries == "fixed":
-        fix_binaries(m, fixed)
-    return m
-
 
 def _dpu_epigraphs(m, blk, bound: str) -> None:
     """A DPU's links to the bound's global epigraph variables (copies held by the DPU)."""
     inst = m._inst
     if bound == "corollary":
-        blk.coupling.m_min_epi = pyo.Constraint(m.T, rule=lambda c, t: blk.m_min - blk.m[t] <= 0)
-        blk.coupling.g_max_epi = pyo.Constraint(m.T, rule=lambda c, t: blk.gamma[t] - blk.g_max <= 0)
+        blk.coupling.m_min_epi = pyo.Constraint(m.T, rule=lambda c, t: blk._g["m_min"] - blk.m[t] <= 0)
+        blk.coupling.g_max_epi = pyo.Constraint(m.T, rule=lambda c, t: blk.gamma[t] - blk._g["g_max"] <= 0)
     else:  # term (d) of eq:GenConvBound: max over t, i of g^2 (||a||_1 - a_{-1}) / ||a||_1
         q = 1.0 - inst.eta * inst.mu
 
         def h(c, t):
             g = blk.gamma[t]
             a1 = g if q == 1.0 else (1 - q ** g) / (1 - q)
-            return g ** 2 * (a1 - 1) / a1 - blk.h_max <= 0
+            return g ** 2 * (a1 - 1) / a1 - blk._g["h_max"] <= 0
         blk.coupling.h_max_epi = pyo.Constraint(m.T, rule=h)
 
 
@@ -323,7 +395,11 @@ def node_blocks(m) -> dict[str, Any]:
 
 def node_variables(blk) -> list:
     """The node's variables: its local ones and its copies of shared ones."""
-    return list(blk.component_data_objects(pyo.Var, descend_into=False))
+    out = []
+    for comp in blk.component_objects(pyo.Var, descend_into=False):
+        if not comp.is_reference():
+            out.extend(comp.values())
+    return out
 
 
 def node_constraints(blk, role: str) -> list:
@@ -385,11 +461,20 @@ def fix_binaries(m, decisions: Sequence[RoundDecision] | Solution) -> None:
         else:
             val = 1.0 if int(r.downlink_bs[key[0]]) == key[1] else 0.0
         v.fix(val)
+    # constraints left with no free variable (copy = copy of fixed binaries, simplices over
+    # fixed I's) would count as equations without degrees of freedom for Ipopt
+    trivial: list = []
+    pyo.TransformationFactory("contrib.deactivate_trivial_constraints").apply_to(
+        m, tolerance=1e-9, return_trivial=trivial)
+    m._trivial = getattr(m, "_trivial", []) + trivial
 
 
 def unfix_binaries(m) -> None:
     for v, *_ in _binary_vars(m):
         v.unfix()
+    for c in getattr(m, "_trivial", []):
+        c.activate()
+    m._trivial = []
 
 
 # ---------------------------------------------------------------------- load / extract
@@ -447,7 +532,7 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             "h_max": float(np.max(gam ** 2 * (a1 - 1) / a1))}
     for blk in list(m.ue.values()) + list(m.dc.values()):
         for g in m._globals:
-            getattr(blk, g).set_value(vals[g], skip_validation=True)
+            blk._g[g].set_value(vals[g], skip_validation=True)
 
 
 def extract_solution(m, *, method: str = "model", status: str = "unknown") -> Solution:

@@ -77,25 +77,32 @@ def _row_param(value: Any, m: int, name: str) -> np.ndarray:
 
 def _bounds(lo: Any, hi: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Broadcast ``lo``/``hi`` to ``shape`` and check ``lo <= hi``, no NaN, no wrong infinity."""
+    lo_a = np.asarray(lo, dtype=float)
+    hi_a = np.asarray(hi, dtype=float)
     try:
-        L = np.broadcast_to(np.asarray(lo, dtype=float), shape)
-        H = np.broadcast_to(np.asarray(hi, dtype=float), shape)
+        L = np.broadcast_to(lo_a, shape)
+        H = np.broadcast_to(hi_a, shape)
     except ValueError as exc:
         raise ValueError(f"lo/hi do not broadcast to the rows' shape {shape}: {exc}") from None
-    if np.isnan(L).any() or np.isnan(H).any():
+    # checks on the (usually small) arrays as given, not on the broadcast views
+    if np.isnan(lo_a).any() or np.isnan(hi_a).any():
         raise ValueError("lo/hi contain NaN")
-    if (L == np.inf).any() or (H == -np.inf).any():
+    if (lo_a == np.inf).any() or (hi_a == -np.inf).any():
         raise ValueError("lo must be < +inf and hi must be > -inf")
-    bad = L > H
+    bad = lo_a > hi_a
     if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise ValueError(f"empty box: lo > hi at row {r}, column {c} "
-                         f"(lo={L[r, c]!r}, hi={H[r, c]!r})")
+        idx = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
+        lo_b, hi_b = np.broadcast_arrays(lo_a, hi_a)
+        raise ValueError(f"empty box: lo > hi at index {tuple(int(i) for i in idx)} "
+                         f"(lo={float(lo_b[idx])!r}, hi={float(hi_b[idx])!r})")
     return L, H
 
 
-def _finite_abs_sum(A: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(A), np.abs(A), 0.0).sum(axis=1)
+def _feas_tol(t: np.ndarray, L: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """Per-row slack for ``sum lo <= total <= sum hi`` (a few ulps of the magnitudes involved)."""
+    def fin_abs(A: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(A), np.abs(A), 0.0).sum(axis=1)
+    return _FEAS_RTOL * max(L.shape[1], 1) * (1.0 + np.abs(t) + fin_abs(L) + fin_abs(H))
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,49 +161,62 @@ def _knapsack_eq(X: np.ndarray, L: np.ndarray, H: np.ndarray, t: np.ndarray) -> 
     If ``t`` is (slightly) above ``sum H`` the row returns ``H``; below ``sum L`` returns ``L``.
     """
     m, n = X.shape
-    if m == 0:
+    if m == 0 or n == 0:
         return X.copy()
-    rows = np.arange(m)[:, None]
-    # Breakpoints: element i leaves its upper bound at lam = x_i - hi_i (type "hi", index i)
-    # and reaches its lower bound at lam = x_i - lo_i (type "lo", index n + i).
-    B = np.concatenate([X - H, X - L], axis=1)                     # (m, 2n)
-    order = np.argsort(B, axis=1, kind="stable")                   # hi-type first on ties
-    b = B[rows, order]
-    is_hi = order < n
-    elem = np.where(is_hi, order, order - n)
-    xs, ls, hs = X[rows, elem], L[rows, elem], H[rows, elem]
+    # y_i(lam) = clip(x_i - lam, lo_i, hi_i) leaves hi_i at the breakpoint lam = x_i - hi_i
+    # ("hi" type, columns :n) and reaches lo_i at lam = x_i - lo_i ("lo" type, columns n:).
+    B = np.empty((m, 2 * n))
+    np.subtract(X, H, out=B[:, :n])
+    np.subtract(X, L, out=B[:, n:])
+    order = np.argsort(B, axis=1)
+    base = np.arange(m) * (2 * n)
+    b = np.take(B, order + base[:, None])                          # sorted breakpoints
+    sgn = np.where(order < n, 1.0, -1.0)                           # +1 hi type, -1 lo type
+    # With the breakpoints sorted (b_1 <= ... <= b_2n) and n_free(k) = sum_{j<=k} sgn_j,
+    #   s(b_k) = sum(hi) + sum_{j<=k} sgn_j (x - bound)_j - n_free(k) b_k,
+    # where (x - bound)_j is b_j itself for finite bounds. An infinite bound only changes the
+    # bookkeeping: hi = +inf never leaves the free set (term x, share of sum(hi) 0) and
+    # lo = -inf never enters the lower set. Ties between breakpoints do not change s.
+    n_free = np.cumsum(sgn, axis=1)
+    inf_h, inf_l = np.isinf(H), np.isinf(L)
+    if inf_h.any() or inf_l.any():
+        Hf = np.where(inf_h, 0.0, H)
+        Lf = np.where(inf_l, 0.0, L)
+        V = np.take(np.concatenate([X - Hf, Lf - X], axis=1), order + base[:, None])
+        sum_hi = Hf.sum(axis=1)
+    else:
+        V = sgn * b
+        sum_hi = H.sum(axis=1)
+    s = np.cumsum(V, axis=1)
+    with np.errstate(invalid="ignore"):
+        s -= n_free * b
+    s += sum_hi[:, None]
+    s[b == -np.inf] = np.inf          # lam -> -inf: some hi = +inf, s unbounded above
+    s[b == np.inf] = -np.inf          # lam -> +inf: some lo = -inf, s unbounded below
 
-    # s(b_k) = sum_{U_k} hi + sum_{L_k} lo + sum_{F_k} (x - b_k) where, in sorted order,
-    #   U_k: hi-breakpoint at position > k, L_k: lo-breakpoint at position <= k, F_k: the rest.
-    val_hi = np.where(is_hi, hs, 0.0)
-    suf = np.cumsum(val_hi[:, ::-1], axis=1)[:, ::-1]              # positions >= k
-    suf_hi = np.zeros_like(suf)
-    suf_hi[:, :-1] = suf[:, 1:]                                    # positions > k
-    pre_lo = np.cumsum(np.where(is_hi, 0.0, ls), axis=1)
-    n_free = np.cumsum(np.where(is_hi, 1, -1), axis=1)
-    x_free = np.cumsum(np.where(is_hi, xs, -xs), axis=1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = suf_hi + pre_lo + x_free - n_free * b
-    s[b == -np.inf] = np.inf          # lam -> -inf: some hi is +inf
-    s[b == np.inf] = -np.inf          # lam -> +inf: some lo is -inf
-
-    # First breakpoint with s <= t: lam* lies in (b_{k-1}, b_k]. None -> t < sum lo -> y = lo.
+    # s is nonincreasing: the first breakpoint with s <= t gives lam* in [b_{k-1}, b_k].
+    # None (t < sum lo, within the feasibility slack) -> k = 2n, y = lo.
     below = s <= t[:, None]
-    k = np.where(below.any(axis=1), np.argmax(below, axis=1), 2 * n)
+    k = np.argmax(below, axis=1)
+    found = np.take(below, base + k)
+    k[~found] = 2 * n
+    b_k = np.where(found, np.take(b, base + np.minimum(k, 2 * n - 1)), np.inf)
+    b_km1 = np.where(k > 0, np.take(b, base + np.maximum(k - 1, 0)), -np.inf)
 
-    # Active set on the open segment (b_{k-1}, b_k): exact linear solve for lam.
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.broadcast_to(np.arange(2 * n), order.shape), axis=1)
-    at_hi = pos[:, :n] >= k[:, None]
-    at_lo = pos[:, n:] <= (k - 1)[:, None]
+    # Active set on the segment (b_{k-1}, b_k), then one exact linear solve for lam:
+    # upper where x - hi >= b_k, lower where x - lo <= b_{k-1} (both only if lo == hi).
+    at_hi = B[:, :n] >= b_k[:, None]
+    at_lo = B[:, n:] <= b_km1[:, None]
+    at_lo &= ~at_hi
     free = ~(at_hi | at_lo)
-    nf = free.sum(axis=1)
-    rhs = (np.where(free, X, 0.0).sum(axis=1) + np.where(at_hi, H, 0.0).sum(axis=1)
-           + np.where(at_lo, L, 0.0).sum(axis=1) - t)
-    lam = np.where(nf > 0, rhs / np.maximum(nf, 1), 0.0)
-    Y = np.where(at_hi, H, np.where(at_lo, L, X - lam[:, None]))
-    # Guard against a segment mis-located by rounding (changes y by ~ulps only).
-    return np.clip(Y, L, H)
+    nf = np.count_nonzero(free, axis=1)
+    lam = (np.where(at_hi, H, np.where(at_lo, L, X)).sum(axis=1) - t) / np.maximum(nf, 1)
+    # No free entry: s is flat on the segment, any lam in it will do.
+    lam = np.where(nf > 0, lam, np.where(np.isfinite(b_k), b_k, b_km1))
+    # clip(x - lam) reproduces the active set (and absorbs a segment mis-located by rounding,
+    # which moves y by ~ulps only).
+    Y = X - lam[:, None]
+    return np.clip(Y, L, H, out=Y)
 
 
 def project_capped_simplex(X: Any, lo: Any = 0.0, hi: Any = 1.0, total: Any = 1.0,
@@ -218,20 +238,23 @@ def project_capped_simplex(X: Any, lo: Any = 0.0, hi: Any = 1.0, total: Any = 1.
     L, H = _bounds(lo, hi, A.shape)
     t = _row_param(total, m, "total")
     sum_lo = L.sum(axis=1)
-    sum_hi = H.sum(axis=1)
-    tol = _FEAS_RTOL * (1.0 + np.abs(t) + _finite_abs_sum(L) + _finite_abs_sum(H)) * max(n, 1)
-    bad = sum_lo > t + tol
-    if bad.any():
-        r = int(np.argmax(bad))
-        raise ValueError(f"infeasible projection: sum(lo) = {sum_lo[r]!r} > total = {t[r]!r} "
-                         f"(row {r}; {int(bad.sum())} infeasible row(s))")
-    if equality:
-        bad = sum_hi < t - tol
+    bad = sum_lo > t
+    if bad.any():  # allow a few ulps of slack before calling the row infeasible
+        bad &= sum_lo > t + _feas_tol(t, L, H)
         if bad.any():
             r = int(np.argmax(bad))
-            raise ValueError(f"infeasible projection: sum(hi) = {sum_hi[r]!r} < total = "
-                             f"{t[r]!r} with equality (row {r}; {int(bad.sum())} "
-                             f"infeasible row(s))")
+            raise ValueError(f"infeasible projection: sum(lo) = {sum_lo[r]!r} > total = "
+                             f"{t[r]!r} (row {r}; {int(bad.sum())} infeasible row(s))")
+    if equality:
+        sum_hi = H.sum(axis=1)
+        bad = sum_hi < t
+        if bad.any():
+            bad &= sum_hi < t - _feas_tol(t, L, H)
+            if bad.any():
+                r = int(np.argmax(bad))
+                raise ValueError(f"infeasible projection: sum(hi) = {sum_hi[r]!r} < total = "
+                                 f"{t[r]!r} with equality (row {r}; {int(bad.sum())} "
+                                 f"infeasible row(s))")
         Y = _knapsack_eq(A, L, H, t)
     else:
         Y = np.clip(A, L, H)

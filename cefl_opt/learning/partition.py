@@ -60,9 +60,9 @@ class DynamicPartition:
         self._by_label = {c: np.flatnonzero(self.y == c) for c in range(self.n_classes)}
 
     def sizes(self, r: int) -> np.ndarray:
-        """Integer sample count per UE at round r: round(Dbar[r mod T, n]), at least 0."""
+        """Integer sample count per UE at round r: Dbar[r mod T, n] rounded (halves up), >= 0."""
         d = self.instance.Dbar[r % self.instance.T]
-        return np.maximum(np.rint(d), 0).astype(np.int64)
+        return np.maximum(np.floor(d + 0.5), 0).astype(np.int64)
 
     def labels(self, r: int) -> list[list[int]]:
         return round_labels(self.instance, r, self.n_classes, self.seed)

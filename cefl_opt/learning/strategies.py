@@ -59,14 +59,18 @@ class RoundPlan:
     info: dict = field(default_factory=dict)
 
 
+def round_half_up(v: float) -> int:
+    return int(np.floor(float(v) + 0.5))
+
+
 def round_gamma(g: float) -> int:
-    """Local steps actually run: the relaxed gamma rounded, at least 1."""
-    return max(1, int(np.rint(float(g))))
+    """Local steps actually run: the relaxed gamma rounded (halves up), at least 1."""
+    return max(1, round_half_up(g))
 
 
 def batch_size(m: float, D: int) -> int:
-    """Mini-batch size ``max(1, round(m * D))``, at most D."""
-    return int(min(D, max(1, int(np.rint(float(m) * D)))))
+    """Mini-batch size ``max(1, round(m * D))`` (halves up), at most D."""
+    return int(min(D, max(1, round_half_up(float(m) * D))))
 
 
 def a_l1(gamma: int, eta: float, mu: float) -> float:
@@ -177,8 +181,13 @@ class FedNova(Strategy):
     name = "fednova"
 
     def __init__(self, instance: Instance, solution: Solution, aggregator: int = 0,
-                 vartheta="tau_eff"):
+                 vartheta="tau_eff", average: bool = True):
         super().__init__(instance, solution)
+        # average=True: the paper's baseline (every UE at the round's averaged f, m, gamma).
+        # With equal gamma at every UE, FedNova's update equals FedAvg's for any mu (all
+        # ||a_i||_1 = tau_eff). average=False keeps each UE's own f, m, gamma of the CE-FL
+        # solution, which makes the two baselines differ.
+        self.average = bool(average)
         if solution is None:
             raise InstanceError(f"{self.name} needs the CE-FL solution (for its averaged f, m, "
                                 f"gamma and for the cost of the rounds)")
@@ -198,9 +207,10 @@ class FedNova(Strategy):
         out = dec.copy()
         N = self.instance.N
         out.rho_nb = np.zeros_like(dec.rho_nb)
-        out.f = np.full(N, float(np.mean(dec.f)))
-        out.gamma_ue = np.full(N, float(np.mean(gammas[active])))
-        out.m_ue = np.full(N, float(np.mean(ms[active])))
+        if self.average:
+            out.f = np.full(N, float(np.mean(dec.f)))
+            out.gamma_ue = np.full(N, float(np.mean(gammas[active])))
+            out.m_ue = np.full(N, float(np.mean(ms[active])))
         out.aggregator = self.aggregator
         return out
 
@@ -230,9 +240,10 @@ STRATEGIES = {"cefl": CEFL, "fednova": FedNova, "fedavg": FedAvg}
 
 
 def make_strategy(method: str, instance: Instance, solution: Solution, *, vartheta="tau_eff",
-                  aggregator: int = 0) -> Strategy:
+                  aggregator: int = 0, average: bool = True) -> Strategy:
     if method == "cefl":
         return CEFL(instance, solution, vartheta=vartheta)
     if method in ("fednova", "fedavg"):
-        return STRATEGIES[method](instance, solution, aggregator=aggregator, vartheta=vartheta)
+        return STRATEGIES[method](instance, solution, aggregator=aggregator, vartheta=vartheta,
+                                  average=average)
     raise InstanceError(f"unknown method {method!r} (known: {', '.join(STRATEGIES)})")

@@ -1,0 +1,293 @@
+"""Centralised references on P: Ipopt (through cyipopt / PyNumero) with the binary decisions
+fixed, aggregator enumeration (`ipopt-enum`) and the paper's §VI baselines.
+
+Every baseline fixes its discrete choice (aggregator per round, UE-BS associations, or no
+offloading) and optimises the continuous variables with Ipopt on the same Pyomo model, so that
+comparisons isolate the decision being compared.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.opt import TerminationCondition as PyoTC
+
+from cefl_opt import system
+from cefl_opt.instance import Instance
+from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, fix_binaries, load_solution
+from cefl_opt.models.problem import unfix_binaries
+from cefl_opt.solution import RoundDecision, Solution
+
+from .base import Results, SolutionStatus, SolverError, TerminationCondition, register
+
+IPOPT_DEFAULTS: dict[str, Any] = {"tol": 1e-8, "max_iter": 3000, "print_level": 0,
+                                  "mu_strategy": "adaptive"}
+
+
+def _require_cyipopt():
+    solver = pyo.SolverFactory("cyipopt")
+    if not solver.available(exception_flag=False):
+        raise SolverError("cyipopt is not available: run `make install` (cyipopt and the PyNumero "
+                          "ASL library are needed for the Ipopt-based methods)")
+    return solver
+
+
+# ---------------------------------------------------------------------- discrete choices
+def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarray, np.ndarray]:
+    """UE-BS associations: uplink via the BS with the fastest gradient path to the aggregator,
+    min_b beta_M/R_nb + beta_M/Rmax_bs[b, agg]; downlink from the BS with the best R_bn."""
+    up = np.argmin(1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1)
+    down = np.argmax(inst.R_bn[t], axis=0)
+    return up.astype(int), down.astype(int)
+
+
+def decisions_for(inst: Instance, aggregators: Sequence[int],
+                  base: Solution | None = None) -> list[RoundDecision]:
+    """Round decisions with the given aggregator per round, associations by `association_rule`,
+    continuous values from `base` (the reference orchestration by default)."""
+    base = base or system.reference_solution(inst)
+    out = []
+    for t, s in enumerate(aggregators):
+        r = base.rounds[t].copy()
+        r.aggregator = int(s)
+        r.uplink_bs, r.downlink_bs = association_rule(inst, t, int(s))
+        out.append(r)
+    return out
+
+
+def greedy_data_aggregators(inst: Instance) -> list[int]:
+    """Per round, the DC whose sub-network holds the most data (paper §VI, datapoint-greedy)."""
+    sub = np.asarray(inst.ue_subnet, int)
+    held = np.array([[inst.Dbar[t][sub == inst.dc_subnet[s]].sum() for s in range(inst.S)]
+                     for t in range(inst.T)])
+    return [int(a) for a in held.argmax(axis=1)]
+
+
+def greedy_rate_aggregators(inst: Instance) -> list[int]:
+    """Per round, the DC with the highest mean end-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs)."""
+    return [int(a) for a in inst.ue_bs_e2e_rate().mean(axis=1).argmax(axis=1)]
+
+
+# ---------------------------------------------------------------------- fixed-binary NLP
+class FixedNLP:
+    """P with its binary decisions fixed, in the compact form (copies=False), built once and
+    re-fixed for every discrete choice; each `solve` is one Ipopt run."""
+
+    def __init__(self, inst: Instance, *, bound: str = "corollary",
+                 weights: dict[str, float] | None = None, no_offload: bool = False,
+                 ipopt_options: dict[str, Any] | None = None, time_limit: float | None = None):
+        self.inst, self.bound, self.weights = inst, bound, weights
+        self.solver = _require_cyipopt()
+        self.options = {**IPOPT_DEFAULTS, **(ipopt_options or {})}
+        if time_limit is not None:
+            self.options["max_cpu_time"] = float(time_limit)
+        ref = system.reference_solution(inst)
+        self.model = build_problem(inst, binaries="fixed", fixed=ref, bound=bound, weights=weights,
+                                   copies=False)
+        self.no_offload = no_offload
+        if no_offload:  # conventional FL: no data leaves the UEs
+            for n in self.model.N:
+                for v in self.model.ue[n].rho.values():
+                    v.fix(0.0)
+        self.n_solves = 0
+        self.iterations = 0
+
+    def solve(self, decisions: Sequence[RoundDecision], warm: Solution | None = None
+              ) -> tuple[Solution | None, TerminationCondition, float | None]:
+        """Optimise the continuous variables for `decisions`; returns (solution, status,
+        objective of P evaluated by `cefl_opt.system`)."""
+        m, inst = self.model, self.inst
+        unfix_binaries(m)
+        start = warm.rounds if warm is not None else system.reference_solution(inst).rounds
+        start = [r.copy() for r in start]
+        for r, d in zip(start, decisions):
+            r.aggregator, r.uplink_bs, r.downlink_bs = d.aggregator, d.uplink_bs, d.downlink_bs
+            if self.no_offload:
+                r.rho_nb = np.zeros_like(r.rho_nb)
+        load_solution(m, start)
+        fix_binaries(m, decisions)
+        if self.no_offload:
+            for n in m.N:
+                for v in m.ue[n].rho.values():
+                    v.fix(0.0)
+        res = self.solver.solve(m, tee=False, options=self.options)
+        self.n_solves += 1
+        tc = res.solver.termination_condition
+        self.iterations += int(getattr(res.solver, "iterations", 0) or 0)
+        status = {PyoTC.optimal: TerminationCondition.locallyOptimal,
+                  PyoTC.locallyOptimal: TerminationCondition.locallyOptimal,
+                  PyoTC.maxIterations: TerminationCondition.iterationLimit,
+                  PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,
+                  PyoTC.infeasible: TerminationCondition.locallyInfeasible,
+                  }.get(tc, TerminationCondition.error)
+        if status in (TerminationCondition.locallyInfeasible, TerminationCondition.error):
+            return None, status, None
+        sol = clip_to_bounds(extract_solution(m), inst, self.bound)
+        ev = system.evaluate(inst, sol, bound=self.bound, weights=self.weights)
+        if not ev.feasible:
+            return None, TerminationCondition.error, None
+        return sol, status, ev.objective
+
+
+def _finish(method: str, inst: Instance, sol: Solution | None, status: TerminationCondition,
+            nlp: FixedNLP, bound: str, weights, info: dict[str, Any] | None = None) -> Results:
+    info = dict(info or {})
+    info.update(ipopt_solves=nlp.n_solves)
+    if sol is None:
+        return Results(method=method, termination_condition=status,
+                       solution_status=SolutionStatus.noSolution, iterations=nlp.iterations,
+                       info=info)
+    ev = system.evaluate(inst, sol, bound=bound, weights=weights)
+    sol.objective, sol.terms = ev.objective, ev.terms
+    sol.info.update(info)
+    return Results(method=method, termination_condition=status,
+                   solution_status=SolutionStatus.feasible, solution=sol, objective=ev.objective,
+                   iterations=nlp.iterations, info=info)
+
+
+# ---------------------------------------------------------------------- methods
+@register("ipopt-enum", "Ipopt on P for every aggregator per round (coordinate sweeps), "
+                        "associations by the fastest-path rule plus local search; best kept")
+def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps: int = 1,
+               starts: int = 1, seed: int = 0, assoc_search: bool | None = None,
+               ipopt_options: dict | None = None, time_limit: float | None = None,
+               progress: bool = False, **_: Any) -> Results:
+    nlp = FixedNLP(inst, bound=bound, weights=weights, ipopt_options=ipopt_options,
+                   time_limit=time_limit)
+    rng = np.random.default_rng(seed)
+    best: tuple[float, Solution | None, TerminationCondition] = (math.inf, None,
+                                                                 TerminationCondition.error)
+    trials = []
+    # candidate starts: every fixed aggregator, both greedy rules, and random draws; the sweeps
+    # start from the best of them, so ipopt-enum is never worse than those baselines
+    cands = [[s] * inst.T for s in range(inst.S)]
+    cands += [greedy_data_aggregators(inst), greedy_rate_aggregators(inst)]
+    cands += [[int(x) for x in rng.integers(inst.S, size=inst.T)] for _k in range(1, max(1, starts))]
+    scored = []
+    for aggs in cands:
+        sol, st, obj = nlp.solve(decisions_for(inst, aggs))
+        trials.append({"aggregators": list(aggs), "objective": obj})
+        if sol is not None:
+            scored.append((obj, list(aggs), sol, st))
+    scored.sort(key=lambda x: x[0])
+    n_sweep_starts = max(1, starts)
+    for cur_obj, cur, cur_sol, st in scored[:n_sweep_starts]:
+        for _sw in range(max(1, sweeps)):
+            improved = False
+            for t in range(inst.T):
+                for s in range(inst.S):
+                    if s == cur[t]:
+                        continue
+                    cand = list(cur)
+                    cand[t] = s
+                    base = cur_sol
+                    sol, st2, obj = nlp.solve(decisions_for(inst, cand, base), warm=cur_sol)
+                    trials.append({"aggregators": cand, "objective": obj})
+                    if sol is not None and obj < cur_obj - 1e-12:
+                        cur, cur_obj, cur_sol, st, improved = cand, obj, sol, st2, True
+            if not improved:
+                break
+        if assoc_search is None:  # auto: one Ipopt solve per (round, UE); skip on big instances
+            assoc_search = inst.T * inst.N <= 40
+        if assoc_search and cur_sol is not None:
+            cur_sol, cur_obj = _association_search(inst, nlp, cur_sol, cur_obj)
+        if cur_obj < best[0]:
+            best = (cur_obj, cur_sol, st)
+    return _finish("ipopt-enum", inst, best[1], best[2], nlp, bound, weights,
+                   {"trials": len(trials), "aggregators": best[1] and
+                    [r.aggregator for r in best[1].rounds]})
+
+
+def _association_search(inst: Instance, nlp: FixedNLP, sol: Solution, obj: float
+                        ) -> tuple[Solution, float]:
+    """One pass of local search: move each UE's uplink to its second-fastest path BS."""
+    if inst.B < 2:
+        return sol, obj
+    for t in range(inst.T):
+        agg = sol.rounds[t].aggregator
+        cost = 1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, agg]
+        for n in range(inst.N):
+            order = np.argsort(cost[n])
+            alt = int(order[1]) if int(order[0]) == sol.rounds[t].uplink_bs[n] else int(order[0])
+            dec = [r.copy() for r in sol.rounds]
+            dec[t].uplink_bs = dec[t].uplink_bs.copy()
+            dec[t].uplink_bs[n] = alt
+            cand, _st, cobj = nlp.solve(dec, warm=sol)
+            if cand is not None and cobj < obj - 1e-12:
+                sol, obj = cand, cobj
+    return sol, obj
+
+
+def _fixed_choice(method: str, inst: Instance, aggs: Sequence[int], *, bound: str = "corollary",
+                  weights=None, no_offload: bool = False, ipopt_options=None,
+                  time_limit=None, info=None) -> Results:
+    nlp = FixedNLP(inst, bound=bound, weights=weights, no_offload=no_offload,
+                   ipopt_options=ipopt_options, time_limit=time_limit)
+    sol, st, _obj = nlp.solve(decisions_for(inst, aggs))
+    return _finish(method, inst, sol, st, nlp, bound, weights,
+                   {"aggregators": list(map(int, aggs)), **(info or {})})
+
+
+@register("fixed", "aggregator s in every round (--aggregator s), Ipopt on the rest")
+def fixed_aggregator(inst: Instance, *, aggregator: int = 0, **kw: Any) -> Results:
+    if not 0 <= int(aggregator) < inst.S:
+        raise ValueError(f"option '--aggregator' value {aggregator} is not a DC index 0..{inst.S - 1}")
+    return _fixed_choice("fixed", inst, [int(aggregator)] * inst.T, **_nlp_kw(kw))
+
+
+@register("greedy-data", "per round the DC whose sub-network holds most data, Ipopt on the rest")
+def greedy_data(inst: Instance, **kw: Any) -> Results:
+    return _fixed_choice("greedy-data", inst, greedy_data_aggregators(inst), **_nlp_kw(kw))
+
+
+@register("greedy-rate", "per round the DC with the highest mean end-to-end rate, Ipopt on the rest")
+def greedy_rate(inst: Instance, **kw: Any) -> Results:
+    return _fixed_choice("greedy-rate", inst, greedy_rate_aggregators(inst), **_nlp_kw(kw))
+
+
+@register("no-offload", "conventional FL: no data leaves the UEs (aggregator by greedy-rate)")
+def no_offload(inst: Instance, **kw: Any) -> Results:
+    return _fixed_choice("no-offload", inst, greedy_rate_aggregators(inst), no_offload=True,
+                         **_nlp_kw(kw))
+
+
+def _nlp_kw(kw: dict[str, Any]) -> dict[str, Any]:
+    keep = ("bound", "weights", "ipopt_options", "time_limit")
+    return {k: kw[k] for k in keep if k in kw}
+
+
+# ---------------------------------------------------------------------- exhaustive reference
+def all_binary_choices(inst: Instance):
+    """Every (aggregator, uplink, downlink) choice of every round: the brute-force reference on
+    tiny instances. Yields lists of round decisions (continuous parts from the reference)."""
+    ref = system.reference_solution(inst)
+    per_round = []
+    for t in range(inst.T):
+        opts = []
+        for s in range(inst.S):
+            for up in itertools.product(range(inst.B), repeat=inst.N):
+                for down in itertools.product(range(inst.B), repeat=inst.N):
+                    r = ref.rounds[t].copy()
+                    r.aggregator, r.uplink_bs, r.downlink_bs = s, np.array(up), np.array(down)
+                    opts.append(r)
+        per_round.append(opts)
+    for combo in itertools.product(*per_round):
+        yield list(combo)
+
+
+def exhaustive(inst: Instance, *, bound: str = "corollary", weights=None,
+               max_choices: int = 5000) -> tuple[float, Solution | None, int]:
+    """Best Ipopt objective over all binary choices (brute force; tiny instances only)."""
+    count = ((inst.S * inst.B ** (2 * inst.N)) ** inst.T)
+    if count > max_choices:
+        raise ValueError(f"exhaustive enumeration would need {count} Ipopt solves (> {max_choices})")
+    nlp = FixedNLP(inst, bound=bound, weights=weights)
+    best, best_sol = math.inf, None
+    for dec in all_binary_choices(inst):
+        sol, _st, obj = nlp.solve(dec)
+        if sol is not None and obj < best:
+            best, best_sol = obj, sol
+    return best, best_sol, count

@@ -1,0 +1,115 @@
+"""Shared fixtures: a hand-made `tiny` instance with round numbers and random feasible points."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cefl_opt.instance import Instance
+from cefl_opt.solution import RoundDecision, Solution
+
+
+def hand_instance() -> Instance:
+    """2 UEs, 1 BS, 2 DCs, 2 rounds; every number round so that tests can work by hand.
+
+    Both rounds share the network data (only Delta differs); test_system.py spells out the
+    arithmetic from these numbers.
+    """
+    T = 2
+    return Instance(
+        name="hand-tiny", preset="custom", seed=None,
+        Dbar=np.array([[1000.0, 2000.0]] * T),
+        R_nb=np.array([[[1e6], [2e6]]] * T),                 # [T][N][B] bit/s
+        P_nb=np.array([[[0.2], [0.5]]] * T),                 # W
+        R_bn=np.array([[[4e6, 5e6]]] * T),                   # [T][B][N]
+        P_b=np.array([[10.0]] * T),
+        Rmax_bs=np.array([[1e9, 5e8]]),                      # [B][S]
+        Rmax_s=np.array([2e9, 1e9]),
+        P_bs=np.array([[2.0, 4.0]]),
+        R_sb=np.array([[[1e8], [2e8]]] * T),                 # [T][S][B]
+        P_sb=np.array([[1.0], [3.0]]),                       # [S][B]
+        R_ss=np.array([[[1e9, 1e7], [2e7, 1e9]]] * T),       # diagonal unused
+        P_ss=np.array([[0.0, 5.0], [6.0, 0.0]]),
+        c=np.array([100.0, 200.0]), alpha=np.array([2e-20, 4e-20]),
+        f_min=np.array([1e6, 1e6]), f_max=np.array([1e9, 1e9]),
+        M=np.array([10.0, 20.0]), C=np.array([1000.0, 2000.0]), Pbar=np.array([100.0, 200.0]),
+        Theta=np.array([1.0, 2.0, 3.0, 4.0]), sigma=np.array([1.0, 1.0, 2.0, 1.0]),
+        Delta=np.array([[0.3] * 4, [0.5] * 4]),
+        xi3=np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        beta_D=1e3, beta_M=1e6, rho_idle=0.4, eta=0.1, mu=1.0, vartheta=0.5, L=1.0,
+        zeta1=1.0, zeta2=1.5, F0_minus_Fstar=2.3, gamma_min=1.0, gamma_max=20.0,
+        m_floor=0.01, z_floor=0.01, R_floor=1e6, xi1=2.0, xi2=3.0, xi3_total=0.5,
+    ).validate()
+
+
+def hand_solution() -> Solution:
+    """Round 0: partial offloading, aggregator 1, the UE path sets dA.
+    Round 1: more offloading, aggregator 0, DC 0's path sets dA."""
+    r0 = RoundDecision(
+        rho_nb=np.array([[0.5], [0.25]]), rho_bs=np.array([[0.6, 0.4]]),
+        f=np.array([5e8, 2.5e8]), z=np.array([500.0, 1000.0]),
+        gamma_ue=np.array([2.0, 3.0]), gamma_dc=np.array([3.0, 2.0]),
+        m_ue=np.array([0.5, 0.2]), m_dc=np.array([0.25, 0.5]),
+        aggregator=1, uplink_bs=np.array([0, 0]), downlink_bs=np.array([0, 0]),
+        R_bs=np.array([[5e8, 2.5e8]]))
+    r1 = RoundDecision(
+        rho_nb=np.array([[0.8], [0.5]]), rho_bs=np.array([[0.5, 0.5]]),
+        f=np.array([1e9, 1e9]), z=np.array([1000.0, 2000.0]),
+        gamma_ue=np.array([1.0, 1.0]), gamma_dc=np.array([3.0, 2.0]),
+        m_ue=np.array([1.0, 1.0]), m_dc=np.array([1.0, 0.5]),
+        aggregator=0, uplink_bs=np.array([0, 0]), downlink_bs=np.array([0, 0]),
+        R_bs=np.array([[1e9, 5e8]]))
+    return Solution(rounds=[r0, r1], method="hand")
+
+
+def random_solution(inst: Instance, rng: np.random.Generator, *, gamma_hi: float | None = None,
+                    style: str = "mixed") -> Solution:
+    """A random point inside every box, simplex and capacity of P.
+
+    style: "mixed" (random partial offloading), "none" (no offloading: DCs hold no data),
+    "full" (every UE offloads everything: UEs hold no data), "sparse" (random zeros).
+    """
+    N, B, S = inst.N, inst.B, inst.S
+    ghi = inst.gamma_max if gamma_hi is None else gamma_hi
+    rounds = []
+    for _ in range(inst.T):
+        w = rng.dirichlet(np.ones(B + 1), size=N)          # last column = share kept
+        if style == "none":
+            rho_nb = np.zeros((N, B))
+        elif style == "full":
+            rho_nb = w[:, :B] / w[:, :B].sum(axis=1, keepdims=True)
+        else:
+            rho_nb = w[:, :B]
+            if style == "sparse":
+                rho_nb = rho_nb * (rng.random((N, B)) < 0.4)
+        rho_bs = rng.dirichlet(np.ones(S), size=B)
+        if style == "sparse":
+            keep = rng.random((B, S)) < 0.5
+            keep[np.arange(B), rng.integers(S, size=B)] = True
+            rho_bs = rho_bs * keep
+            rho_bs /= rho_bs.sum(axis=1, keepdims=True)
+        # R_bs in [R_floor, Rmax_bs], scaled towards R_floor where a DC's ingress would overflow
+        R = inst.R_floor + rng.random((B, S)) * (inst.Rmax_bs - inst.R_floor)
+        extra = R - inst.R_floor
+        room = inst.Rmax_s - B * inst.R_floor
+        k = np.minimum(1.0, room / np.maximum(extra.sum(axis=0), 1e-300))
+        R = inst.R_floor + extra * k[None, :] * 0.999
+        rounds.append(RoundDecision(
+            rho_nb=rho_nb, rho_bs=rho_bs,
+            f=rng.uniform(inst.f_min, inst.f_max),
+            z=rng.uniform(inst.z_floor, 1.0, S) * inst.C,
+            gamma_ue=rng.uniform(inst.gamma_min, ghi, N), gamma_dc=rng.uniform(inst.gamma_min, ghi, S),
+            m_ue=rng.uniform(inst.m_floor, 1.0, N), m_dc=rng.uniform(inst.m_floor, 1.0, S),
+            aggregator=int(rng.integers(S)), uplink_bs=rng.integers(B, size=N),
+            downlink_bs=rng.integers(B, size=N), R_bs=R))
+    return Solution(rounds=rounds, method="random")
+
+
+@pytest.fixture
+def tiny_hand():
+    return hand_instance(), hand_solution()
+
+
+@pytest.fixture
+def rand_sol():
+    """The function random_solution(inst, rng, gamma_hi=None, style='mixed')."""
+    return random_solution
