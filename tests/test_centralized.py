@@ -1,0 +1,109 @@
+"""Centralised solvers: Ipopt with fixed binaries, ipopt-enum, baselines, SCIP, infeasibility."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cefl_opt import system
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
+from cefl_opt.solvers.centralized import (exhaustive, greedy_data_aggregators,
+                                          greedy_rate_aggregators)
+
+BASELINES = ["fixed", "greedy-data", "greedy-rate", "no-offload"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_instance("small", seed=3, rounds=2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ipopt_enum_matches_exhaustive_enumeration(seed):
+    # brute force: every aggregator and every UE-BS association, Ipopt on each
+    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
+    best, _sol, count = exhaustive(inst)
+    assert count == 2 * 4 * 4
+    res = solve(inst, "ipopt-enum")
+    assert res.solution_status == SolutionStatus.feasible
+    assert res.objective <= best * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("method", ["ipopt-enum"] + BASELINES)
+def test_every_method_is_feasible_and_reports_the_evaluators_objective(small, method):
+    res = solve(small, method)
+    ev = system.evaluate(small, res.solution)
+    assert ev.feasible, ev.violations
+    assert res.objective == pytest.approx(ev.objective, rel=1e-6)
+    assert res.solution.objective == pytest.approx(ev.objective, rel=1e-6)
+
+
+def test_ipopt_enum_is_never_worse_than_its_baselines(small):
+    enum = solve(small, "ipopt-enum").objective
+    for method in ("fixed", "greedy-data", "greedy-rate"):
+        assert enum <= solve(small, method).objective * (1 + 1e-9)
+    fixed_all = [solve(small, "fixed", aggregator=s).objective for s in range(small.S)]
+    assert enum <= min(fixed_all) * (1 + 1e-9)
+
+
+def test_baselines_make_the_choice_they_claim(small):
+    assert solve(small, "greedy-data").info["aggregators"] == greedy_data_aggregators(small)
+    assert solve(small, "greedy-rate").info["aggregators"] == greedy_rate_aggregators(small)
+    res = solve(small, "fixed", aggregator=1)
+    assert all(r.aggregator == 1 for r in res.solution.rounds)
+    res = solve(small, "no-offload")
+    assert all(np.all(r.rho_nb == 0) for r in res.solution.rounds)
+
+
+def test_greedy_data_picks_the_hot_subnetwork():
+    inst = make_instance("paper", seed=0, rounds=3)
+    hot = inst.notes["hot_subnet_by_round"]
+    assert greedy_data_aggregators(inst) == [inst.dc_subnet.index(h) for h in hot]
+
+
+def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
+    inst = make_instance("tiny", seed=0, bss=2, rounds=1)
+    best, _sol, _ = exhaustive(inst)
+    res = solve(inst, "scip", time_limit=10)
+    assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
+                                         TerminationCondition.maxTimeLimit)
+    assert res.solution is not None and system.evaluate(inst, res.solution).feasible
+    assert res.bound is not None and res.bound <= best + 1e-6  # a lower bound is below the optimum
+    assert res.objective >= best * (1 - 1e-6)                  # no incumbent beats brute force
+    if res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied:
+        assert res.objective == pytest.approx(best, rel=1e-4)
+
+
+def test_infeasible_instance_gets_an_infeasible_status_and_exit_code(tmp_path):
+    inst = make_instance("small", seed=0)
+    bad = inst.copy(Rmax_s=np.full(inst.S, 0.5 * inst.B * inst.R_floor))
+    res = solve(bad, "ipopt-enum")
+    assert res.termination_condition == TerminationCondition.provenInfeasible
+    assert res.solution is None and "Rmax_s" in res.info["reasons"][0]
+    net, out = tmp_path / "net.json", tmp_path / "sol.json"
+    bad.save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "greedy-rate", "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 3, p.stderr
+    assert "infeasible" in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_solve_cli_writes_a_solution_that_evaluates_feasible(tmp_path, small):
+    net, out = tmp_path / "net.json", tmp_path / "sol.json"
+    small.save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "greedy-data", "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["format"] == "cefl-solution/1" and data["method"] == "greedy-data"
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "evaluate", str(net), str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_unknown_method_is_a_clear_error(small):
+    with pytest.raises(ValueError, match="unknown method"):
+        solve(small, "magic")
