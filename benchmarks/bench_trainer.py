@@ -13,7 +13,12 @@ evaluation = |test set| * forward. GFLOP/s = training FLOPs / training wall time
     python -m benchmarks.bench_trainer [--models mlp,cnn] [--rounds-mlp 3] [--rounds-cnn 1]
 
 Writes ``results/bench/bench_trainer.csv`` (atomically) and prints a table. Default run: about
-2 minutes on 2 cores (most of it the CNN round).
+2 minutes (most of it the CNN round).
+
+Threads: the default is 1 torch thread (``--threads 1,2`` runs both). On this shared 2-core
+machine two OpenMP threads were faster only while the other core was idle (MLP 0.72 vs 0.42
+rounds/s) and far slower while another job held it (MLP 0.023 rounds/s, CNN 0.0039), because
+every parallel region waits for the descheduled thread; one thread gives stable numbers.
 """
 from __future__ import annotations
 
@@ -102,8 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--rounds-mlp", type=int, default=3)
     ap.add_argument("--rounds-cnn", type=int, default=1)
-    ap.add_argument("--threads", default=None,
-                    help="comma-separated torch thread counts to run (default: torch's)")
+    ap.add_argument("--threads", default="1",
+                    help="comma-separated torch thread counts to run (default 1; see above)")
     ap.add_argument("--lr", type=float, default=DEFAULT_LR)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="MLP 2 rounds, CNN 1 round")
@@ -115,7 +120,7 @@ def main(argv=None) -> int:
     data = load_dataset(a.dataset, a.data_dir, seed=a.seed)
     t_load = time.perf_counter() - t_load
     inst, sol, cost_fn, source = paper_network(a.seed)
-    threads = [int(v) for v in a.threads.split(",")] if a.threads else [torch.get_num_threads()]
+    threads = [int(v) for v in a.threads.split(",")]
     rows = []
     for th in threads:
         torch.set_num_threads(th)

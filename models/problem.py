@@ -188,13 +188,21 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     def ue_rule(blk, n):
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
-        blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
+        if copies:
+            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
+        else:  # compact form: the kept share as a [0,1] slack, so bounds alone give D_n >= 0
+            blk.keep = pyo.Var(m.T, bounds=(0.0, 1.0), initialize=1.0)
+            blk.convex.rho_sum = pyo.Constraint(
+                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) + blk.keep[t] == 1)
         blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in m.B) == 1)
         blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in m.B) == 1)
         if copies:
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
-        blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
+        if copies:
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
+        else:
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: blk.keep[t] * Dbar[t, n])
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
         blk.EP = pyo.Expression(m.T, rule=lambda e, t: kE[n] * blk.gamma[t] * blk.m[t] * blk.D[t] * blk.f[t] ** 2)
 
@@ -492,6 +500,8 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             u.m[t].set_value(r.m_ue[n], skip_validation=True)
             u.gamma[t].set_value(r.gamma_ue[n], skip_validation=True)
             u.dA[t].set_value(rt["dA"], skip_validation=True)
+            if hasattr(u, "keep"):
+                u.keep[t].set_value(1.0 - float(r.rho_nb[n].sum()), skip_validation=True)
             for b in m.B:
                 u.rho[t, b].set_value(r.rho_nb[n, b], skip_validation=True)
                 u.Inb[t, b].set_value(float(r.uplink_bs[n] == b), skip_validation=True)

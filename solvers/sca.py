@@ -136,9 +136,8 @@ class BlockStructure:
     def linearise(self, u: np.ndarray, prev: "Linearisation | None" = None) -> "Linearisation":
         """J, grad J, C, Jacobian of C at u (one ASL evaluation), in u.
 
-        C's rows are normalised by the 2-norm of their gradient at u (`row_scale`; where a
-        gradient vanishes, e.g. a forcing constraint at I = 1/2, the previous scale, else the
-        one at w^0, is kept)."""
+        C's rows are normalised by the 2-norm of their gradient at u (`row_scale`), floored at
+        0.1 x the norm at w^0 (`coup_norm`)."""
         nlp = self.nlp
         nlp.set_primals(self.x_of(u))
         f = float(nlp.evaluate_objective())
@@ -148,8 +147,9 @@ class BlockStructure:
         pat = self.coup_pattern
         raw = jac.data[pat["mask"]][pat["perm"]] * pat["row_sign"] * self.scale[pat["indices"]]
         nrm = np.sqrt(np.bincount(pat["rows"], weights=raw * raw, minlength=len(self.coup_rows)))
-        ref = prev.row_scale if prev is not None else self.coup_norm
-        r = np.where(nrm > 1e-6 * ref, nrm, ref)
+        # floor at 1/10 of the w^0 norm: a vanishing gradient (a forcing constraint at I = 1/2)
+        # must not blow the normalised row up
+        r = np.maximum(nrm, 0.1 * self.coup_norm)
         c_raw = (body[self.coup_rows] - self.coup_rhs) * self.coup_sign
         A_C = sp.csr_matrix((raw / r[pat["rows"]], pat["indices"], pat["indptr"]),
                             shape=(len(self.coup_rows), self.n))
@@ -218,8 +218,10 @@ class Linearisation:
         du = u - self.u
         return self.c + self.A_C @ du + 0.5 * L * (B @ (du * du))
 
-    def max_violation(self) -> float:
-        cv = float(np.max(self.c, initial=0.0))
+    def max_violation(self, skip: np.ndarray | None = None) -> float:
+        """max(C^+, |G|) in the current normalised units (rows in `skip` left out)."""
+        c = self.c if skip is None or not len(skip) else np.delete(self.c, skip)
+        cv = float(np.max(c, initial=0.0))
         gv = float(np.max(np.abs(self.G), initial=0.0))
         return max(cv, gv)
 

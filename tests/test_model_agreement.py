@@ -71,7 +71,12 @@ def expected_bodies(m, inst, sol, bound):
         dA, dR = rt["dA"], rt["dR"]
         for n in range(N):
             u = m.ue[n]
-            put(u.convex, "rho_sum", (t), r.rho_nb[n].sum())
+            if m._copies:
+                put(u.convex, "rho_sum", (t), r.rho_nb[n].sum())
+            else:  # compact form: sum_b rho_nb + keep == 1 with the kept share as a slack
+                put(u.convex, "rho_sum", (t), 1.0)
+                assert pyo.value(u.keep[t]) == pytest.approx(1 - r.rho_nb[n].sum(), rel=1e-12,
+                                                             abs=1e-15)
             for name in ("Inb_sum", "Ibn_sum", "Is_sum"):
                 put(u.convex, name, (t), 1.0)
             put(u.coupling, "delay", (t), rt["ue_path"][n] - dA, dA)        # dA_n + dP_n - dA
@@ -294,7 +299,8 @@ def test_compact_node_variables(bound):
     g = GLOBALS[bound]
     for name, blk in node_blocks(m).items():
         own = {v.parent_component().local_name for v in node_variables(blk)}
-        want = {"ue": OWNED["ue"], "bs": OWNED["bs"], "dc": OWNED["dc"] - {"eNB"}}[name[:2]]
+        # the compact UE also owns `keep` = 1 - sum_b rho_nb (a slack of its simplex)
+        want = {"ue": OWNED["ue"] | {"keep"}, "bs": OWNED["bs"], "dc": OWNED["dc"] - {"eNB"}}[name[:2]]
         if name == "dc0":
             want = want | {"eNB", "Is", "dA", "dR"} | g
         assert own == want, name
