@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="paper")
     p.add_argument("--rounds", type=int, default=3, help="rounds T of the instance")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma-separated solve methods (see `cefl-opt solve --help`)")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated solve methods (see `cefl-opt solve --help`); default: "
+                        + ",".join(DEFAULT_METHODS))
     p.add_argument("--dataset", default="fmnist")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--train-rounds", type=int, default=15, help="training rounds per method")
@@ -41,8 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_main(args: argparse.Namespace) -> int:
     from cefl_opt.solvers.base import methods as known_methods, solve
     out = Path(args.out)
-    meths = [m.strip() for m in args.methods.split(",") if m.strip()]
     avail = known_methods()
+    if args.methods is None:
+        meths = [m for m in DEFAULT_METHODS if m in avail]
+        for m in DEFAULT_METHODS:
+            if m not in avail:
+                print(f"note: method {m!r} is not available in this build; skipped", flush=True)
+    else:
+        meths = [m.strip() for m in args.methods.split(",") if m.strip()]
     missing = [m for m in meths if m not in avail]
     if missing:
         raise InstanceError(f"option '--methods' names unknown method(s) {missing}: "
