@@ -242,12 +242,15 @@ def _union_find(n: int, pairs: np.ndarray) -> np.ndarray:
 
 
 def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution | None = None,
-                    relax_init: bool = False) -> BlockStructure:
+                    relax_init: bool = False, assoc_bias: float = 0.1) -> BlockStructure:
     """Relaxed block model + PyomoNLP + index maps + scaling + projection groups.
 
     init: the initial orchestration w^0 (default: `system.reference_solution(inst)`), loaded on
-    every copy with tight epigraph variables. relax_init: replace its indicators by the uniform
-    point of their simplices (I_s = 1/S, I_nb = I_bn = 1/B), see `solve_decentralized`.
+    every copy with tight epigraph variables. relax_init: move its indicators into the interior:
+    I_s = 1/S (the aggregator is left to the objective), and I_nb, I_bn = (1 - assoc_bias) / B
+    + assoc_bias x the init's (best-rate) association. The bias is a tie-break: at the exact
+    centre the linearised forcing constraint has no preferred direction, and an association
+    whose objective gradient vanishes (a UE that does not set max_n dM_bn I_bn) would stay there.
     """
     from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
     from cefl_opt import system
@@ -262,7 +265,8 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
             for comp in ("Inb", "Ibn"):
                 if hasattr(blk, comp):
                     for v in getattr(blk, comp).values():
-                        v.set_value(1.0 / inst.B, skip_validation=True)
+                        v.set_value((1.0 - assoc_bias) / inst.B + assoc_bias * float(v.value),
+                                    skip_validation=True)
     nlp = PyomoNLP(m)
     variables = nlp.get_pyomo_variables()
     n = len(variables)
@@ -296,9 +300,24 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
             raise ValueError(f"constraint {nm} is in none of convex / coupling / consensus")
     role = np.array(role)
 
-    # ---- scales: box width, else |x0| (floored); constant over copies and groups
+    # ---- scales: box width; an unbounded variable (delay epigraph) gets the largest change
+    # |J_ki| s_i / |J_kj| of the quantities it bounds in its coupling rows k at w^0 (so that
+    # its coefficient in u matches the largest other one), or |x0| if larger (floored); then
+    # constant over copies and groups
     width = xhi - xlo
-    scale = np.where(np.isfinite(width) & (width > 0), width, np.maximum(np.abs(x0), _SCALE_FLOOR))
+    bounded = np.isfinite(width) & (width > 0)
+    scale = np.where(bounded, width, np.maximum(np.abs(x0), _SCALE_FLOOR))
+    coup_rows_ = np.flatnonzero(role == "coupling")
+    Jc = abs(jac0[coup_rows_]).tocsr()
+    free = ~bounded
+    if free.any() and Jc.nnz:
+        contrib = Jc @ sp.diags(np.where(bounded, scale, 0.0))    # |J_ki| s_i, bounded i only
+        row_max = np.asarray(contrib.max(axis=1).todense()).ravel()
+        Jcoo = Jc.tocoo()
+        sel = free[Jcoo.col] & (Jcoo.data > 0)
+        cand = np.zeros(n)
+        np.maximum.at(cand, Jcoo.col[sel], row_max[Jcoo.row[sel]] / Jcoo.data[sel])
+        scale = np.where(free, np.maximum(scale, cand), scale)
 
     cons_rows = np.flatnonzero(role == "consensus")
     # copies: consensus rows are x_copy - x_owner = 0 (two nonzeros)

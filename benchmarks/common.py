@@ -1,0 +1,265 @@
+"""Helpers shared by the experiment suites ``benchmarks/exp*.py`` (SPEC §8).
+
+Output directory, seeding, the command-line skeleton (``--quick``, ``--seed``, ``--out-dir``),
+which solve method stands for CE-FL, per-solution summaries, atomic CSV writing, small text
+tables and matplotlib figures (Agg backend, written atomically).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "results" / "bench"
+
+# The reduced network used by --quick where the paper network is too slow for a 1-2 minute
+# run: the paper preset's generator (sub-networks, rates, DC table) with fewer elements.
+QUICK_NET = {"ues": 10, "bss": 6, "dcs": 3}
+
+
+# ---- command line, seeds ---------------------------------------------------------------------
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """argparse skeleton: ``--quick``, ``--seed``, ``--out-dir``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small, fast variant (about 1-2 minutes)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the instance, data and training")
+    ap.add_argument("--out-dir", default=str(OUT), help="where the CSV and PNG files go")
+    return ap
+
+
+def add_net_args(ap: argparse.ArgumentParser) -> None:
+    """``--ues/--bss/--dcs``: override the network size of the paper preset."""
+    for k in ("ues", "bss", "dcs"):
+        ap.add_argument(f"--{k}", type=int, default=None,
+                        help=f"number of {k.upper()[:-1]}s (paper preset's by default; quick: "
+                             f"{QUICK_NET[k]} where the suite reduces the network)")
+
+
+def net_kwargs(args, reduce_quick: bool = True) -> dict[str, int]:
+    """Size overrides: QUICK_NET under --quick (when the suite reduces the network), then any
+    explicit --ues/--bss/--dcs."""
+    kw = dict(QUICK_NET) if (args.quick and reduce_quick) else {}
+    kw.update({k: getattr(args, k) for k in ("ues", "bss", "dcs") if getattr(args, k, None)})
+    return kw
+
+
+def seed_everything(seed: int, threads: int = 1) -> None:
+    """Seed python, numpy and torch (if installed); one torch thread (stable timings on the
+    shared 2-core machine, see bench_trainer.py)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        import torch
+        torch.manual_seed(seed)
+        torch.set_num_threads(threads)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+def quiet() -> None:
+    """Silence the known-noisy warnings of Pyomo/cyipopt/torch in benchmark output."""
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import logging
+    logging.getLogger("pyomo").setLevel(logging.ERROR)
+
+
+def out_dir(args) -> Path:
+    p = Path(args.out_dir)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# ---- methods ------------------------------------------------------------------------------
+def registered_methods() -> set[str]:
+    from cefl_opt.solvers.base import methods
+    return set(methods())
+
+
+def has_method(name: str) -> bool:
+    return name in registered_methods()
+
+
+def cefl_method() -> str:
+    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver when it is
+    registered, else ``ipopt-enum`` (the best centralised method)."""
+    return "decentralized" if has_method("decentralized") else "ipopt-enum"
+
+
+def solve_opts(method: str, quick: bool = False) -> dict[str, Any]:
+    """Options for ``solve`` per method: no progress bars of the inner solvers inside ours;
+    ``--quick`` caps the outer iterations of the decentralized solver (its default is 60)."""
+    if method in ("decentralized", "centralized-pd"):
+        return {"progress": False, **({"max_outer": 15} if quick else {})}
+    return {}
+
+
+def solve_timed(inst, method: str, **opts):
+    """``solve`` with warnings silenced; returns Results (``wall_s`` set by ``solve``)."""
+    from cefl_opt.solvers.base import solve
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return solve(inst, method, **opts)
+
+
+# ---- instances -------------------------------------------------------------------------------
+def instance(preset: str = "paper", *, seed: int = 0, rounds: int = 3, **kw):
+    from cefl_opt.generator import make_instance
+    return make_instance(preset, seed=seed, rounds=rounds, **kw)
+
+
+def weights_of(inst) -> dict[str, float]:
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3_total": float(inst.xi3_total)}
+
+
+# ---- summaries of an orchestration -------------------------------------------------------------
+def solution_summary(inst, sol) -> dict[str, float]:
+    """Objective, its three parts and the averages the experiments plot, from
+    ``cefl_opt.system.evaluate`` and the solution itself."""
+    from cefl_opt import system
+    ev = system.evaluate(inst, sol)
+    R = sol.rounds
+    D_i = np.array([np.concatenate([r["D_n"], r["D_s"]]) for r in ev.rounds])       # [T, I]
+    m = np.array([np.concatenate([d.m_ue, d.m_dc]) for d in R])
+    g = np.array([np.concatenate([d.gamma_ue, d.gamma_dc]) for d in R])
+    return {
+        "objective": ev.objective, "ml_bound": ev.terms["ml_bound"], "delay_s": ev.terms["delay"],
+        "energy_J": ev.terms["energy"], "feasible": ev.feasible,
+        "sum_dA_s": float(sum(r["dA"] for r in ev.rounds)),
+        "sum_dR_s": float(sum(r["dR"] for r in ev.rounds)),
+        # what sets dA: the slowest UE's gradient upload alone (no processing), the slowest UE
+        # path (processing + upload) and the slowest DC path (data arrival + processing + DC-DC)
+        "sum_max_ue_upload_s": float(sum(r["dA_n"].max() for r in ev.rounds)),
+        "sum_max_ue_path_s": float(sum(r["ue_path"].max() for r in ev.rounds)),
+        "sum_max_dc_path_s": float(sum(r["dc_path"].max() for r in ev.rounds)),
+        "mean_f_GHz": float(np.mean([d.f for d in R]) / 1e9),
+        # UEs that keep no data have no processing cost, so their f is arbitrary: this average
+        # weights each UE's f by the data it processes
+        "mean_f_GHz_data_weighted": float(sum((d.f * r["D_n"]).sum() for d, r in zip(R, ev.rounds))
+                                          / max(1e-300, sum(r["D_n"].sum() for r in ev.rounds)) / 1e9),
+        "mean_m": float(m.mean()),
+        "mean_m_data_weighted": float((m * D_i).sum() / D_i.sum()),
+        "min_m": float(m.min()),
+        "mean_gamma": float(g.mean()),
+        "offload_share": float(np.mean([d.rho_nb.sum(axis=1).mean() for d in R])),
+        "E_P_ue_J": float(sum(r["E_P_ue"] for r in ev.rounds)),
+        "E_P_dc_J": float(sum(r["E_P_dc"] for r in ev.rounds)),
+        "E_P_J": float(sum(r["E_P_ue"] + r["E_P_dc"] for r in ev.rounds)),
+        "aggregators": " ".join(str(int(d.aggregator)) for d in R),
+    }
+
+
+def per_round_rows(inst, sol, **tags) -> list[dict]:
+    """One row per round: aggregator, dA, dR, delay, energy (weighted and raw), its parts."""
+    from cefl_opt import system
+    ev = system.evaluate(inst, sol)
+    keys = ("dA", "dR", "delay", "energy", "energy_raw", "E_D_ue", "E_D_bs", "E_P_ue", "E_P_dc",
+            "E_A", "E_R")
+    return [{**tags, "round": t, "aggregator": int(sol.rounds[t].aggregator),
+             **{k: float(r[k]) for k in keys}} for t, r in enumerate(ev.rounds)]
+
+
+def run_sweep(name: str, param: str, values: Sequence[float], make, method: str,
+              quick: bool = False) -> pd.DataFrame:
+    """Solve ``make(v)`` with ``method`` for each value v of a parameter; one summary row each."""
+    from tqdm import tqdm
+    rows = []
+    for v in tqdm(values, desc=name, unit="solve"):
+        inst = make(v)
+        res = solve_timed(inst, method, **solve_opts(method, quick))
+        row = {param: v, "method": method, "status": res.status, "wall_s": res.wall_s}
+        if res.solution is not None:
+            row.update(solution_summary(inst, res.solution))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- trends ----------------------------------------------------------------------------------
+def trend(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Direction of y along increasing x: Spearman rank correlation, the sign of the change from
+    the first to the last point, and whether y is monotone (non-strictly, rel. tol 1e-6)."""
+    from scipy.stats import spearmanr
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    o = np.argsort(x)
+    y = y[o]
+    tol = 1e-6 * max(1.0, float(np.abs(y).max()))
+    d = np.diff(y)
+    rho = float(spearmanr(x[o], y).statistic) if np.ptp(y) > 0 else 0.0
+    return {"spearman": rho, "first": float(y[0]), "last": float(y[-1]),
+            "increasing": bool(np.all(d >= -tol)), "decreasing": bool(np.all(d <= tol))}
+
+
+def verdict(tr: dict[str, Any], want: str) -> str:
+    """'holds' (monotone in the wanted direction), 'holds (not monotone)' (endpoints and rank
+    correlation agree), 'does not hold (no change)' (first and last equal to 1e-6), or
+    'does not hold'."""
+    sign = 1 if want == "up" else -1
+    change = tr["last"] - tr["first"]
+    if abs(change) <= 1e-6 * max(abs(tr["first"]), abs(tr["last"]), 1e-300):
+        return "does not hold (no change)"
+    if tr["increasing" if sign > 0 else "decreasing"] and sign * change > 0:
+        return "holds"
+    if sign * change > 0 and sign * tr["spearman"] > 0:
+        return "holds (not monotone)"
+    return "does not hold"
+
+
+# ---- files -----------------------------------------------------------------------------------
+def write_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Write atomically (temporary file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", newline="") as fh:
+        df.to_csv(fh, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as _plt
+    return _plt
+
+
+def save_fig(fig, path: Path, dpi: int = 110) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
+    os.close(fd)
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=dpi)
+    os.replace(tmp, path)
+    plt().close(fig)
+    return path
+
+
+def print_table(df: pd.DataFrame, title: str | None = None, cols: Iterable[str] | None = None,
+                fmt: str = "{:.4g}") -> None:
+    if title:
+        print(f"\n== {title} ==")
+    d = df[list(cols)] if cols is not None else df
+    with pd.option_context("display.width", 200, "display.max_columns", 50,
+                           "display.float_format", fmt.format):
+        print(d.to_string(index=False))
+
+
+def footer(name: str, t0: float, files: Iterable[Path]) -> None:
+    print(f"\n{name}: wrote " + ", ".join(str(Path(f).relative_to(ROOT)) if Path(f).is_relative_to(ROOT)
+                                          else str(f) for f in files))
+    print(f"{name}: runtime {time.perf_counter() - t0:.1f} s")
