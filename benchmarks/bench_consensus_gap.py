@@ -10,8 +10,8 @@ Writes results/bench/consensus_gap.csv (one row per run and outer iteration: the
 of `solvers.decentralized`), results/bench/consensus_gap_summary.csv (per run: mean and final
 relative gap of J(w^l) to centralized-pd, final dual disagreement, wall time, objective of the
 rounded point and, with --polish, of the polished binary solution) and
-results/bench/consensus_gap.png (model objective, objective of P at the rounded iterate, and relative gap over the
-iterations).
+results/bench/consensus_gap.png (model objective, objective of P at the rounded iterate, and
+relative gap over the iterations).
 --quick: the reduced network of `benchmarks.common.QUICK_NET` (10 UEs, 6 BSs, 3 DCs), 3 rounds,
 20 outer iterations (about a minute).
 

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         print(f"{NAME}: decentralized row skipped ("
               + ("--no-decentralized" if args.no_decentralized else "method not registered") + ")")
 
-    round_rows, summ_rows, checks, hot = [], [], [], {}
+    round_rows, summ_rows, checks, hot, failed = [], [], [], {}, []
     for seed in seeds:
         common.seed_everything(seed)
         inst = common.instance("paper", seed=seed, rounds=T, **net)
@@ -69,7 +69,10 @@ def main(argv=None) -> int:
             label = f"fixed[{opts['aggregator']}]" if meth == "fixed" else meth
             res = common.solve_timed(inst, meth, **opts, **common.solve_opts(meth, args.quick))
             if res.solution is None:
-                print(f"  {label}: no solution ({res.status})")
+                failed.append({"seed": seed, "method": label, "status": res.status})
+                summ_rows.append({"seed": seed, "method": label, "status": res.status,
+                                  "wall_s": res.wall_s, "objective": np.nan})
+                tqdm.write(f"  {label}: no solution ({res.status})")
                 continue
             sols[label] = res.solution
             s = common.solution_summary(inst, res.solution)
@@ -128,6 +131,9 @@ def main(argv=None) -> int:
     for r in chk.itertuples():
         print(f"  seed {r.seed} {r.cefl:>13} vs {r.against:<12} {r.cefl_objective:.6g} <= "
               f"{r.other_objective:.6g} ({r.cefl_better_by_pct:+.2f} %): {r.result}")
+    for f in failed:
+        print(f"  note: seed {f['seed']} {f['method']} returned no solution ({f['status']}); "
+              f"fixed(avg)/fixed(best) are over the DCs that have one")
     for s in seeds:
         c = chk[(chk["seed"] == s) & (chk["cefl"] == "ipopt-enum")]
         print(f"seed {s}: CE-FL (ipopt-enum) never worse than fixed/greedy: "
@@ -166,7 +172,8 @@ def plot(rounds: pd.DataFrame, first, path):
     ax[0].set_xticks(t)
     ax[0].set_xlabel("round")
     ax[0].set_title("aggregator per round")
-    ax[0].legend(fontsize=7)
+    ax[0].set_ylim(-0.5, inst.S - 0.5 + 0.5 * inst.S)
+    ax[0].legend(fontsize=7, loc="upper center", ncol=2, framealpha=0.8)
     show = [("ipopt-enum", "CE-FL (ipopt-enum)"), ("decentralized", "CE-FL (decentr.)"),
             ("fixed(avg)", "fixed (avg over DCs)"), ("greedy-data", "datapoint-greedy"),
             ("greedy-rate", "data-rate-greedy")]

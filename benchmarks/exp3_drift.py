@@ -12,8 +12,8 @@ Reported per Delta: sum over rounds of the aggregation delay dA, the mean UE CPU
 no processing cost and an arbitrary f), and the objective's parts.
 
 Writes results/bench/exp3_drift.csv and exp3_drift.png.
-Default: the paper network, T = 3, ipopt-enum (about 15 minutes).
---quick: T = 2 on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
+Default: the paper network, T = 2, ipopt-enum (about 5-10 minutes; --T 3 takes about 15-30).
+--quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ REQUIRES = ("ipopt-enum",)
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--deltas", default="0,0.1,0.3,1,3")
-    ap.add_argument("--T", type=int, default=None, help="rounds (3; quick 2)")
+    ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
     ap.add_argument("--method", default="ipopt-enum")
     common.add_net_args(ap)
     args = ap.parse_args(argv)
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     if not common.has_method(args.method):
         print(f"{NAME}: SKIPPED, method {args.method!r} is not registered")
         return 0
-    T = args.T or (2 if args.quick else 3)
+    T = args.T or 2
     net = common.net_kwargs(args)
     deltas = [float(x) for x in args.deltas.split(",")]
     base = common.instance("paper", seed=args.seed, rounds=T, **net)

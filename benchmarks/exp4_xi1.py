@@ -10,8 +10,8 @@ holds no data has no cost for its m, so its m is arbitrary), min m (the corollar
 on m only through min_{t,i} m), and the processing energies.
 
 Writes results/bench/exp4_xi1.csv and exp4_xi1.png.
-Default: the paper network, T = 3, ipopt-enum (about 15 minutes).
---quick: T = 2 on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
+Default: the paper network, T = 2, ipopt-enum (about 5-10 minutes; --T 3 takes about 15-30).
+--quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ REQUIRES = ("ipopt-enum",)
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--factors", default="0.1,0.3,1,3,10")
-    ap.add_argument("--T", type=int, default=None, help="rounds (3; quick 2)")
+    ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
     ap.add_argument("--method", default="ipopt-enum")
     common.add_net_args(ap)
     args = ap.parse_args(argv)
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     if not common.has_method(args.method):
         print(f"{NAME}: SKIPPED, method {args.method!r} is not registered")
         return 0
-    T = args.T or (2 if args.quick else 3)
+    T = args.T or 2
     net = common.net_kwargs(args)
     factors = [float(x) for x in args.factors.split(",")]
     base = common.instance("paper", seed=args.seed, rounds=T, **net)

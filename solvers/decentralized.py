@@ -19,14 +19,17 @@ Initial point w^0 (`init`):
 * "reference": the reference orchestration itself (feasible for P, aggregator 0, best-rate
   associations). The paper starts from a feasible point; with the forcing constraints
   linearised at a binary point the surrogate's feasible set for I is that point only, so the
-  aggregator and the associations never move (measured: `info['aggregator_moved']`).
+  aggregator and the associations never move (measured: `info['aggregator_moved']`,
+  `info['I_max_change']`, the largest change of an aggregator indicator from w^0).
 
 Trace (one CSV row per outer iteration l, written when `trace_path` is given):
-    outer, wall_s (since the call started, model build included), obj_model (J(w^l), the Pyomo model objective at w^l through PyomoNLP; it reads
-    the copies of the nodes that own the objective's terms), obj_rounded (objective of P by
+    outer, wall_s (since the call started, model build included), obj_model (J(w^l), the Pyomo
+    model objective at w^l through PyomoNLP; it reads the copies of the nodes that own the
+    objective's terms), obj_rounded (objective of P by
     `system.evaluate` at the owners' copies of w^l with the indicators rounded and the continuous
     variables clipped to their sets: a feasible orchestration, no polish), surrogate (J~(w_hat;
-    w^l)), max_violation (max of C(w^l)^+ and |G(w^l)| in the normalised units of `sca.py`),
+    w^l)), max_violation (max of C_k(w^l)^+ / |grad C_k(w^0)| over the non-forcing rows and of
+    the normalised |G(w^l)|),
     dual_disagreement (max over nodes and duals of |Gamma_d - mean_d Gamma_d|), inner_iters,
     inner_residual, step_inf, aggregators (argmax per round, '|'-joined), I_binary_gap
     (max over rounds of 1 - max_s I_s, 0 when the aggregator indicators are binary),
@@ -63,8 +66,8 @@ from .sca import BlockStructure, build_structure, run_sca
 METHODS = ("decentralized", "centralized-pd")
 INITS = ("relaxed", "reference")
 TRACE_FIELDS = ("outer", "wall_s", "obj_model", "obj_rounded", "surrogate", "max_violation",
-                "forcing_violation", "dual_disagreement", "inner_iters", "inner_residual", "step_inf", "rejected",
-                "L_raised", "aggregators", "I_binary_gap")
+                "forcing_violation", "dual_disagreement", "inner_iters", "inner_residual",
+                "step_inf", "rejected", "L_raised", "aggregators", "I_binary_gap")
 
 
 def _consensus_weight(graph, nodes, z: float | None) -> tuple[np.ndarray, float, str]:
@@ -120,9 +123,10 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     constants: "tuned" (default), "paper" (SPEC §5 table) or a dict overriding fields of
     `primal_dual.PDConstants` (optionally with "preset"). seed: recorded in the result only;
     the method makes no random choice (the communication graph is part of the instance).
-    init: "relaxed" or "reference" (see the module docstring). polish: run Ipopt with the binaries fixed at the end (else the
-    rounded, clipped point is returned). structure: a prebuilt `sca.build_structure` result
-    for the same instance/bound/init (benchmarks reuse it across runs).
+    init: "relaxed" or "reference" (see the module docstring). polish: run Ipopt with the
+    binaries fixed at the end (else the rounded, clipped point is returned). structure: a
+    prebuilt `sca.build_structure` result for the same instance/bound/init (benchmarks reuse
+    it across runs).
     """
     if method not in METHODS:
         raise ValueError(f"method {method!r}: expected one of {METHODS}")
@@ -221,7 +225,9 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
         aggregator_decided_at=decided,
         aggregator_changes=changes,
         aggregator_changes_after_decided=changes_after,
-        aggregator_moved=bool(changes > 0),
+        # moved = changed after first being decided (init='reference': from the start; from
+        # the relaxed start the argmax of the centre is no decision)
+        aggregator_moved=bool(changes_after) if changes_after is not None else None,
         I_max_change=float(np.max(np.abs(dec_end["Is"] - dec0["Is"]))),
         Inb_max_change=float(np.max(np.abs(dec_end["Inb"] - dec0["Inb"]))),
         Ibn_max_change=float(np.max(np.abs(dec_end["Ibn"] - dec0["Ibn"]))),

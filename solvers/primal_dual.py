@@ -45,7 +45,8 @@ class PDConstants:
     epsilon/V, paper eqn: Lambda update). kappa_rel/epsilon_rel, when set, replace them by
     per-row steps V rel / D_k (see `PrimalDual._row_steps`: a diagonal bound of the dual
     Hessian, recomputed for every surrogate), i.e. a diagonally preconditioned dual ascent;
-    rel < 2 is stable with an exact primal step. zeta: outer step (eqn:NOVA param update). z: consensus edge weight (None: 1/(max degree + 1)). lambda1, L_C: prox
+    rel < 2 is stable with an exact primal step. zeta: outer step (eqn:NOVA param update).
+    z: consensus edge weight (None: 1/(max degree + 1)). lambda1, L_C: prox
     weights of the surrogate objective and constraints (the paper gives no values)."""
     kappa: float = 1e-3
     epsilon: float = 1e-3
@@ -99,7 +100,8 @@ def resolve_constants(constants: str | dict | PDConstants | None) -> PDConstants
         return constants
     if isinstance(constants, str):
         if constants not in PRESETS:
-            raise ValueError(f"constants {constants!r}: expected one of {sorted(PRESETS)} or a dict")
+            raise ValueError(f"constants {constants!r}: expected one of {sorted(PRESETS)} "
+                             "or a dict")
         return PRESETS[constants]
     d = dict(constants)
     base = PRESETS[d.pop("preset", "tuned")]
@@ -306,7 +308,8 @@ class PrimalDual:
                 if it % 10 == 0 or it == k.inner_iters:
                     Ct = lin.c + A_C @ du + 0.5 * LC * (self.B_C @ (du * du))
                     Gr = self.A_G @ u - self.b_G
-                    res = max(float(np.max(Ct, initial=0.0)), float(np.max(np.abs(Gr), initial=0.0)))
+                    res = max(float(np.max(Ct, initial=0.0)),
+                              float(np.max(np.abs(Gr), initial=0.0)))
             else:
                 Ct = lin.c + A_C @ du + 0.5 * LC * (self.B_C @ (du * du))
                 Gr = self.A_G @ u - self.b_G

@@ -23,20 +23,16 @@ Structure extracted once (`BlockStructure`)
 Scaling (documented choice)
 ---------------------------
 The solver works in scaled variables u = x / s. s_i is the width of x_i's box (hi - lo) when
-finite, else max(|x0_i|, 1e-2) (delay epigraph variables, x0 = the initial point); s is then
-made constant over every projection group (group max, so that the Euclidean projection in u is
-the exact projection onto D_d) and over every set of copies of one shared variable (max over the
-consensus component, so that copy = copy stays copy = copy). Each coupling and consensus row is
-divided by the 2-norm of its gradient in u at w^0 (a positive row scaling leaves the feasible set
-unchanged; it puts the duals of delay constraints in seconds and of forcing constraints on one
-scale). The trace's constraint violations are in these normalised units.
-
-Surrogate at w^l (paper `eqn:prox grad obj 2`, `eqn:prox grad non-convex constr 2`), in u:
-    J~(u) = J(u^l) + grad J(u^l)^T (u - u^l) + lambda1/2 ||u - u^l||^2
-    C~_k(u) = C_k(u^l) + grad C_k(u^l)^T (u - u^l) + L_C/2 ||u_{S_k} - u^l_{S_k}||^2
-where S_k is the support of C_k (the prox on the variables C_k does not depend on adds nothing
-to its upper-bounding property and would couple every constraint to every node). Both split per
-node as sum_d J~_d, sum_d C~_d with the constant terms shared equally, 1/|V| each (paper).
+finite; an unbounded variable (a delay epigraph variable) gets the largest |J_ki| s_i / |J_kj|
+over the bounded variables i of its coupling rows k at w^0 (its coefficient in u then matches
+the largest other one), or |x0| if larger (floored at 1e-2). s is then made constant over every
+projection group (group max, so that the Euclidean projection in u is the exact projection onto
+D_d) and over every set of copies of one shared variable (max over the consensus component, so
+that copy = copy stays copy = copy). Consensus rows are divided by their (constant) gradient
+norm. Coupling rows are divided, at every linearisation, by the 2-norm of their gradient in u
+(floored at 0.1 x its value at w^0): a positive row scaling leaves the feasible set unchanged
+and puts delay constraints (seconds) and forcing constraints on one scale; the duals are
+rescaled with it (`primal_dual.PrimalDual._rescale`) so that warm starts carry over.
 
 Outer update (eqn:NOVA param update): u^{l+1} = u^l + zeta (u_hat - u^l); stop when
 ||u^{l+1} - u^l||_inf <= tol (scaled units; `tol`) or after `max_outer` iterations.
@@ -47,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
@@ -108,7 +103,8 @@ class BlockStructure:
     idx: dict[str, Any] = field(default_factory=dict)   # u-indices of owner copies per field
     group_counts: dict[str, int] = field(default_factory=dict)
     u0: np.ndarray | None = None   # initial point w^0 in u
-    coup_pattern: dict[str, np.ndarray] = field(default_factory=dict)  # fixed CSR pattern of C's Jacobian
+    # fixed CSR pattern of C's Jacobian (see `_coupling_pattern`)
+    coup_pattern: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -288,16 +284,14 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     body0 = np.asarray(nlp.evaluate_constraints())
 
     role = []
-    for c in cons:
-        nm = c.name
-        if nm.startswith("consensus."):
+    for c in cons:  # by container: m.consensus, blk.convex, blk.coupling
+        holder = c.parent_block()
+        if holder is m.consensus:
             role.append("consensus")
-        elif ".convex." in nm:
-            role.append("convex")
-        elif ".coupling." in nm:
-            role.append("coupling")
+        elif holder.local_name in ("convex", "coupling") and holder.parent_block() is not m:
+            role.append(holder.local_name)
         else:  # pragma: no cover - the model has no other constraint containers
-            raise ValueError(f"constraint {nm} is in none of convex / coupling / consensus")
+            raise ValueError(f"constraint {c.name} is in none of convex / coupling / consensus")
     role = np.array(role)
 
     # ---- scales: box width; an unbounded variable (delay epigraph) gets the largest change
@@ -374,7 +368,8 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     groups = []
     for (kind, _), rows in sorted(batches.items()):
         groups.append(GroupBatch(kind=kind, idx=np.array([r[0] for r in rows], dtype=int),
-                                 lo=np.array([r[1] for r in rows]), hi=np.array([r[2] for r in rows]),
+                                 lo=np.array([r[1] for r in rows]),
+                                 hi=np.array([r[2] for r in rows]),
                                  total=np.array([r[3] for r in rows], dtype=float)))
     # group id for the per-group step constant (box variables get their own id)
     group_of = np.where(in_group >= 0, in_group, -1)
