@@ -200,18 +200,21 @@ def trend(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     d = np.diff(y)
     rho = float(spearmanr(x[o], y).statistic) if np.ptp(y) > 0 else 0.0
     return {"spearman": rho, "first": float(y[0]), "last": float(y[-1]),
-            "increasing": bool(np.all(d >= -tol)), "decreasing": bool(np.all(d <= tol))}
+            "increasing": bool(np.all(d >= -tol)), "decreasing": bool(np.all(d <= tol)),
+            "steps_changed": int(np.sum(np.abs(d) > tol)), "steps": int(d.size)}
 
 
 def verdict(tr: dict[str, Any], want: str) -> str:
-    """'holds' (monotone in the wanted direction), 'holds (not monotone)' (endpoints and rank
-    correlation agree), 'does not hold (no change)' (first and last equal to 1e-6), or
-    'does not hold'."""
+    """'holds' (monotone in the wanted direction), 'holds weakly' (monotone, but flat over most
+    steps), 'holds (not monotone)' (endpoints and rank correlation agree), 'does not hold (no
+    change)' (first and last equal to 1e-6), or 'does not hold'."""
     sign = 1 if want == "up" else -1
     change = tr["last"] - tr["first"]
     if abs(change) <= 1e-6 * max(abs(tr["first"]), abs(tr["last"]), 1e-300):
         return "does not hold (no change)"
     if tr["increasing" if sign > 0 else "decreasing"] and sign * change > 0:
+        if 2 * tr["steps_changed"] < tr["steps"]:
+            return f"holds weakly (changes in {tr['steps_changed']} of {tr['steps']} steps only)"
         return "holds"
     if sign * change > 0 and sign * tr["spearman"] > 0:
         return "holds (not monotone)"
