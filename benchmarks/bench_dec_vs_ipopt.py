@@ -109,6 +109,7 @@ def figure(df: pd.DataFrame, path) -> None:
     a1.bar([i + w / 2 for i in x], ip.wall_s, w, label="ipopt-enum")
     a1.set_xticks(list(x), sizes)
     a1.set_yscale("log")
+    a1.set_ylim(bottom=1.0)
     a1.set_ylabel("wall time (s)")
     a1.legend(fontsize=8)
     a2.bar([i - w / 2 for i in x], dec.objective, w, label="decentralized")

@@ -229,6 +229,7 @@ def write_csv(df: pd.DataFrame, path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w", newline="") as fh:
         df.to_csv(fh, index=False)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
     return path
 
@@ -247,6 +248,7 @@ def save_fig(fig, path: Path, dpi: int = 110) -> Path:
     os.close(fd)
     fig.tight_layout()
     fig.savefig(tmp, dpi=dpi)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     plt().close(fig)
     return path

@@ -12,7 +12,7 @@ Reported per Delta: sum over rounds of the aggregation delay dA, the mean UE CPU
 no processing cost and an arbitrary f), and the objective's parts.
 
 Writes results/bench/exp3_drift.csv and exp3_drift.png.
-Default: the paper network, T = 2, ipopt-enum (about 5-10 minutes; --T 3 takes about 15-30).
+Default: the paper network, T = 2, ipopt-enum (measured 10 minutes; --T 3 about 15-30).
 --quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations

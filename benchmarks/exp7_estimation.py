@@ -15,8 +15,8 @@ step). Every value is scaled by 1.5 (the paper's "Simulation Value").
 Writes results/bench/exp7_estimation.csv (per round: one-shot, dynamic running max and the
 round's own estimate of L, max/mean Theta, zeta1, zeta2), exp7_estimation_theta.csv (Theta per
 DPU and round) and exp7_estimation.png.
-Default: Fashion-MNIST, MLP, the paper network (T = 5), 6 rounds, J = 10, |D~_i| = 32 (about
-10 minutes). --quick: MNIST-5k, T = 2, 3 rounds, J = 3, |D~_i| = 16, zeta gradients on at most
+Default: Fashion-MNIST, MLP, the paper network (T = 5), 6 rounds, J = 10, |D~_i| = 32 (measured
+5 minutes). --quick: MNIST-5k, T = 2, 3 rounds, J = 3, |D~_i| = 16, zeta gradients on at most
 300 samples per DPU.
 """
 from __future__ import annotations

@@ -288,6 +288,7 @@ def test_within_2pct_many_seeds(preset, seed):
 @pytest.mark.slow
 def test_paper_preset_feasible():
     inst = make_instance("paper", seed=0)
-    sol, info = solve_decentralized(inst, consensus_rounds=30, max_outer=30, progress=False)
+    sol, info = solve_decentralized(inst, consensus_rounds=30, max_outer=60, progress=False)
     assert system.evaluate(inst, sol).feasible
-    assert info["I_binary_gap_final"] < 1e-3
+    assert info["aggregator_decided_at"] is not None     # every I_s within 0.01 of a vertex
+    assert info["status"] == "polished"
