@@ -93,12 +93,27 @@ class FixedNLP:
                 for v in self.model.ue[n].rho.values():
                     v.fix(0.0)
         self.n_solves = 0
+        self.retries = 0
         self.iterations = 0
 
     def solve(self, decisions: Sequence[RoundDecision], warm: Solution | None = None
               ) -> tuple[Solution | None, TerminationCondition, float | None]:
         """Optimise the continuous variables for `decisions`; returns (solution, status,
         objective of P evaluated by `cefl_opt.system`)."""
+        sol, status, obj = self._solve_once(decisions, warm, self.options)
+        if sol is None and status in (TerminationCondition.locallyInfeasible,
+                                      TerminationCondition.error):
+            # Ipopt's adaptive barrier update can end in a point of local infeasibility on a
+            # feasible choice; one retry from the reference start with the monotone (Fiacco-
+            # McCormick) update, counted in `retries`, before the failure is reported
+            self.retries += 1
+            sol, status, obj = self._solve_once(decisions, None,
+                                                {**self.options, "mu_strategy": "monotone"})
+        return sol, status, obj
+
+    def _solve_once(self, decisions: Sequence[RoundDecision], warm: Solution | None,
+                    options: dict[str, Any]
+                    ) -> tuple[Solution | None, TerminationCondition, float | None]:
         m, inst = self.model, self.inst
         unfix_binaries(m)
         start = warm.rounds if warm is not None else system.reference_solution(inst).rounds
@@ -113,7 +128,7 @@ class FixedNLP:
             for n in m.N:
                 for v in m.ue[n].rho.values():
                     v.fix(0.0)
-        res = self.solver.solve(m, tee=False, options=self.options)
+        res = self.solver.solve(m, tee=False, options=options)
         self.n_solves += 1
         tc = res.solver.termination_condition
         self.iterations += int(getattr(res.solver, "iterations", 0) or 0)
@@ -135,7 +150,7 @@ class FixedNLP:
 def _finish(method: str, inst: Instance, sol: Solution | None, status: TerminationCondition,
             nlp: FixedNLP, bound: str, weights, info: dict[str, Any] | None = None) -> Results:
     info = dict(info or {})
-    info.update(ipopt_solves=nlp.n_solves)
+    info.update(ipopt_solves=nlp.n_solves, ipopt_retries=nlp.retries)
     if sol is None:
         return Results(method=method, termination_condition=status,
                        solution_status=SolutionStatus.noSolution, iterations=nlp.iterations,
@@ -197,7 +212,9 @@ def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps
         if cur_obj < best[0]:
             best = (cur_obj, cur_sol, st)
     return _finish("ipopt-enum", inst, best[1], best[2], nlp, bound, weights,
-                   {"trials": len(trials), "aggregators": best[1] and
+                   {"trials": len(trials),
+                    "failed_trials": sum(tr["objective"] is None for tr in trials),
+                    "aggregators": best[1] and
                     [r.aggregator for r in best[1].rounds]})
 
 

@@ -120,3 +120,35 @@ def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed):
     assert res.bound <= best * (1 + 1e-6)
     assert res.objective == pytest.approx(best, rel=1e-4)     # same optimum as brute force
     assert (res.objective - res.bound) / res.objective <= 0.02 + 1e-9
+
+
+def test_a_failed_ipopt_solve_is_retried_once_from_the_reference_with_monotone_mu(small,
+                                                                                 monkeypatch):
+    from cefl_opt.solvers import centralized
+    from cefl_opt.solvers.centralized import FixedNLP, decisions_for
+    nlp = FixedNLP(small)
+    calls = []
+    real = FixedNLP._solve_once
+
+    def flaky(self, decisions, warm, options):
+        calls.append((warm, options["mu_strategy"]))
+        if len(calls) == 1:
+            return None, TerminationCondition.locallyInfeasible, None
+        return real(self, decisions, warm, options)
+
+    warm = solve(small, "fixed", aggregator=0).solution
+    monkeypatch.setattr(centralized.FixedNLP, "_solve_once", flaky)
+    sol, status, obj = nlp.solve(decisions_for(small, [1] * small.T), warm=warm)
+    assert calls[0] == (warm, "adaptive") and calls[1] == (None, "monotone")
+    assert sol is not None and status == TerminationCondition.locallyOptimal
+    assert system.evaluate(small, sol).feasible and nlp.retries == 1
+
+
+@pytest.mark.slow
+def test_fixed_aggregator_3_on_paper_seed_0_is_solved():
+    # regression: Ipopt's adaptive mu ended locally infeasible here though the choice is feasible
+    inst = make_instance("paper", seed=0, rounds=5)
+    assert system.evaluate(inst, system.reference_solution(inst, 3)).feasible
+    res = solve(inst, "fixed", aggregator=3)
+    assert res.solution_status == SolutionStatus.feasible
+    assert system.evaluate(inst, res.solution).feasible
