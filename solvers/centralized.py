@@ -142,8 +142,9 @@ class FixedNLP:
             return None, status, None
         sol = clip_to_bounds(extract_solution(m), inst, self.bound)
         ev = system.evaluate(inst, sol, bound=self.bound, weights=self.weights)
-        if not ev.feasible:
-            return None, TerminationCondition.error, None
+        if not ev.feasible:  # a time- or iteration-limited stop at an infeasible iterate
+            return None, (status if status != TerminationCondition.locallyOptimal
+                          else TerminationCondition.error), None
         return sol, status, ev.objective
 
 

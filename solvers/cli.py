@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--consensus-rounds", type=int, default=None, help="J for decentralized")
     p.add_argument("--max-outer", type=int, default=None, help="outer SCA iterations")
     p.add_argument("--trace", default=None, help="CSV trace per outer iteration")
+    p.add_argument("--constants", choices=("tuned", "paper"), default="tuned",
+                   help="algorithm constants of decentralized/centralized-pd: the tuned defaults "
+                        "or the paper's table (SPEC §5)")
     p.set_defaults(func=run_solve)
 
 
@@ -52,7 +55,7 @@ def run_solve(args: argparse.Namespace) -> int:
     if args.method == "ipopt-enum":
         opts["starts"] = args.starts
     if args.method in ("decentralized", "centralized-pd"):
-        opts["method"] = args.method
+        opts["constants"] = args.constants
         for k in ("consensus_rounds", "max_outer"):
             if getattr(args, k) is not None:
                 opts[k] = getattr(args, k)

@@ -97,12 +97,8 @@ def _forcing(st: BlockStructure, lin) -> float:
 
 def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | None
             ) -> tuple[Solution | None, str]:
-    """Ipopt on P with the binaries of `sol` fixed, started from `sol`'s continuous values.
-    Uses `centralized.polish` when the lead's module provides it, else `centralized.FixedNLP`."""
+    """Ipopt on P with the binaries of `sol` fixed, started from `sol`'s continuous values."""
     from . import centralized
-    if hasattr(centralized, "polish"):
-        out, status = centralized.polish(inst, sol, bound=bound, options=ipopt_options)
-        return out, str(getattr(status, "value", status))
     nlp = centralized.FixedNLP(inst, bound=bound, ipopt_options=ipopt_options)
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
     return out, str(getattr(status, "value", status))
