@@ -20,6 +20,15 @@ bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
 Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
 in s, energies in J. `cefl_opt.system` is the numpy twin of every expression here.
+
+Lifting in the compact form (copies=False) only: the data volumes D_b, D_s and the BS->DC gradient
+delays beta_M/R_bs become variables (`bs[b].Dv`, `dc[s].Dv`, `bs[b].gpath`) defined in each
+node's `lift` block (D_b, D_s by equalities, gpath by the convex epigraph beta_M/R_bs <= gpath,
+tight at every optimum because gpath enters the objective and the delay constraints with
+non-negative weights). Same problem; the point is sparsity: the AMPL Solver Library builds a
+dense Hessian block over the nonlinear variables of each function, so the DC delay row over all
+N*B offloading shares gave a Lagrangian Hessian with 5 million entries on 100 UEs / 20 BSs /
+10 DCs; lifted, each nonlinear function has a handful of variables.
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ from cefl_opt.solution import RoundDecision, Solution
 from cefl_opt.system import a_norms, full_rates, gamma_cap
 
 GHZ, GBIT = 1e9, 1e9
+KS = 1e3   # data volumes of the compact form's lifted variables in thousands of samples
+
 BINARY_MODES = ("relaxed", "binary", "fixed")
 BOUND_FORMS = ("corollary", "general")
 
@@ -206,14 +217,17 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
         blk.EP = pyo.Expression(m.T, rule=lambda e, t: kE[n] * blk.gamma[t] * blk.m[t] * blk.D[t] * blk.f[t] ** 2)
 
-        def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator (R_bs read from bs[b])
+        def dM_bs(t, b, s):  # beta_M / R_bs, R_bs read from bs[b] (lifted in the compact form)
+            return bM / m.bs[b].R[t, s] if copies else m.bs[b].gpath[t, s]
+
+        def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator
             return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
-                    + sum(bM / m.bs[b].R[t, s] * blk.Is[t, s] * blk.Inb[t, b] for b in m.B for s in m.S))
+                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in m.B for s in m.S))
         blk.dA_n = pyo.Expression(m.T, rule=dA_n)
 
         def EA_n(e, t):
             return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
-                    + sum(bM / m.bs[b].R[t, s] * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
+                    + sum(dM_bs(t, b, s) * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
                           for b in m.B for s in m.S))
         blk.EA_n = pyo.Expression(m.T, rule=EA_n)
         blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
@@ -238,7 +252,20 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         if copies:
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
-        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+        if copies:
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+        else:  # compact form: lifted data volume and gradient-path delays (module docstring)
+            blk.lift = pyo.Block()
+            blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS),
+                             initialize=0.0)
+            blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - sum(
+                blk.rho_nb[t, n] * Dbar[t, n] for n in m.N) == 0)
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
+            blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
+                bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
+                initialize=lambda v, t, s: bM / R0[b, s])
+            blk.lift.gpath_epi = pyo.Constraint(  # beta_M / R_bs <= gpath (convex in R)
+                m.T, m.S, rule=lambda c, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
         blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
         blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
             m.T, m.N, rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
@@ -261,8 +288,18 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
             m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
 
-        blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(blk.rho_nb[t, n, b] * Dbar[t, n] for n in m.N))
-        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
+        if copies:
+            blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(
+                blk.rho_nb[t, n, b] * Dbar[t, n] for n in m.N))
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
+        else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
+            blk.lift = pyo.Block()
+            blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: m.bs[b].D[t])
+            blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS),
+                             initialize=0.0)
+            blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - sum(
+                blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B) == 0)
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: blk.gamma[t] * blk.m[t] * blk.D[t]
                                 / (inst.M[s] * inst.C[s] * blk.z[t]))
         blk.EP = pyo.Expression(m.T, rule=lambda e, t: blk.dP[t] * inst.Pbar[s] * inst.M[s]
@@ -411,9 +448,12 @@ def node_variables(blk) -> list:
 
 
 def node_constraints(blk, role: str) -> list:
-    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node)."""
-    if role not in ("convex", "coupling"):
-        raise ValueError(f"role {role!r}: expected 'convex' or 'coupling'")
+    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node), or
+    'lift' (the compact form's definitions of its lifted variables; none with copies)."""
+    if role not in ("convex", "coupling", "lift"):
+        raise ValueError(f"role {role!r}: expected 'convex', 'coupling' or 'lift'")
+    if not hasattr(blk, role):
+        return []
     return list(getattr(blk, role).component_data_objects(pyo.Constraint, active=True))
 
 
@@ -517,6 +557,10 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             for s in m.S:
                 bb.rho_bs[t, s].set_value(r.rho_bs[b, s], skip_validation=True)
                 bb.R[t, s].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
+                if hasattr(bb, "gpath"):
+                    bb.gpath[t, s].set_value(inst.beta_M / r.R_bs[b, s], skip_validation=True)
+            if hasattr(bb, "Dv"):
+                bb.Dv[t].set_value(float(r.rho_nb[:, b] @ inst.Dbar[t]) / KS, skip_validation=True)
         for s in m.S:
             d = m.dc[s]
             d.z[t].set_value(r.z[s] / inst.C[s], skip_validation=True)
@@ -526,6 +570,8 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             d.eNB[t].set_value(float(rt["dD_nb"].max()), skip_validation=True)
             d.dA[t].set_value(rt["dA"], skip_validation=True)
             d.dR[t].set_value(rt["dR"], skip_validation=True)
+            if hasattr(d, "Dv"):
+                d.Dv[t].set_value(float(rt["D_s"][s]) / KS, skip_validation=True)
             for b in m.B:
                 d.rho_bs[t, b].set_value(r.rho_bs[b, s], skip_validation=True)
                 d.R[t, b].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)

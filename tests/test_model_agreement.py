@@ -92,6 +92,12 @@ def expected_bodies(m, inst, sol, bound):
                 put(bb.coupling, "dB_epi", (t, n),
                     dM_bn[t][b, n] * float(r.downlink_bs[n] == b) - rt["dB_b"][b], rt["dB_b"][b])
             put(bb.coupling, "recv", (t), rt["dR_b"][b] + rt["dB_b"][b] - dR, dR)
+            if not m._copies:  # lifted D_b and beta_M / R_bs, loaded at their defining values
+                Db = float(r.rho_nb[:, b] @ inst.Dbar[t])
+                assert pyo.value(bb.Dv[t]) * 1e3 == pytest.approx(Db, rel=1e-12, abs=1e-12)
+                put(bb.lift, "D_def", (t), 0.0, Db)
+                for s in range(S):
+                    put(bb.lift, "gpath_epi", (t, s), 0.0, inst.beta_M / r.R_bs[b, s])
         emax_nb = rt["dD_nb"].max()
         for s in range(S):
             d = m.dc[s]
@@ -109,6 +115,8 @@ def expected_bodies(m, inst, sol, bound):
             assert emax_bs + emax_nb + rt["dP_s"][s] + rt["dA_s"][s] == pytest.approx(
                 rt["dc_path"][s], rel=1e-12)
             put(d.coupling, "recv", (t), rt["dR_s"][s] - dR, dR)
+            if not m._copies:
+                put(d.lift, "D_def", (t), 0.0, rt["D_s"][s])
             epigraphs(d, t, N + s, r.m_dc[s], r.gamma_dc[s])
             if m._binaries == "relaxed" and s == 0:
                 put(d.coupling, "force_Is", (t), 0.0)
@@ -300,7 +308,9 @@ def test_compact_node_variables(bound):
     for name, blk in node_blocks(m).items():
         own = {v.parent_component().local_name for v in node_variables(blk)}
         # the compact UE also owns `keep` = 1 - sum_b rho_nb (a slack of its simplex)
-        want = {"ue": OWNED["ue"] | {"keep"}, "bs": OWNED["bs"], "dc": OWNED["dc"] - {"eNB"}}[name[:2]]
+        # and the lifted data volumes Dv (BS, DC) and gradient-path delays gpath (BS)
+        want = {"ue": OWNED["ue"] | {"keep"}, "bs": OWNED["bs"] | {"Dv", "gpath"},
+                "dc": OWNED["dc"] - {"eNB"} | {"Dv"}}[name[:2]]
         if name == "dc0":
             want = want | {"eNB", "Is", "dA", "dR"} | g
         assert own == want, name
@@ -332,6 +342,12 @@ def test_constraint_roles(bound, copies):
                 assert name in constraint_nodes(m, con, owner), con.name
             assert con.upper is not None and con.lower is None, con.name     # C(w) <= 0
             assert pyo.value(con.upper) == 0.0, con.name
+            n_roles += 1
+        lifts = node_constraints(blk, "lift")
+        assert not (copies and lifts)
+        for con in lifts:  # compact form: a lifted variable of this node defined (D_b, D_s, gpath)
+            mine = {id(v) for v in node_variables(blk)}
+            assert any(id(v) in mine for v in identify_variables(con.body)), con.name
             n_roles += 1
     cons = consensus_constraints(m)
     for con in cons:
