@@ -2,7 +2,7 @@
 against the centralised `ipopt-enum` (Ipopt per aggregator choice, coordinate sweeps), on the
 paper network (20 UEs, 10 BSs, 5 DCs) and on 100 UEs / 20 BSs / 10 DCs, with their ratio.
 
-    python -m benchmarks.bench_dec_vs_ipopt [--quick] [--seed 0] [--sizes 20x10x5,100x20x10]
+    python -m benchmarks.bench_dec_vs_ipopt [--quick] [--seed 0] [--sizes 20x10x5x5,100x20x10x2]
         [--rounds 5] [--max-outer 60] [--inner-iters 200] [--consensus-rounds 30]
         [--ipopt-time 600] [--no-assoc-search]
 
@@ -34,11 +34,14 @@ import pandas as pd  # noqa: E402
 from benchmarks import common  # noqa: E402
 
 
-def _size(s: str) -> tuple[int, int, int]:
-    a = [int(x) for x in s.lower().split("x")]
-    if len(a) != 3:
-        raise ValueError(f"size {s!r}: expected UESxBSSxDCS, e.g. 20x10x5")
-    return a[0], a[1], a[2]
+def _size(s: str) -> tuple[int, int, int, int | None]:
+    try:
+        a = [int(x) for x in s.lower().split("x")]
+    except ValueError:
+        a = []
+    if len(a) not in (3, 4) or min(a) < 1:
+        raise ValueError(f"size {s!r}: expected UESxBSSxDCS or UESxBSSxDCSxROUNDS, e.g. 20x10x5")
+    return a[0], a[1], a[2], (a[3] if len(a) == 4 else None)
 
 
 def run(args) -> pd.DataFrame:
@@ -52,8 +55,9 @@ def run(args) -> pd.DataFrame:
         if spec == "small":
             inst = make_instance("small", seed=args.seed, rounds=args.rounds)
         else:
-            N, B, S = _size(spec)
-            inst = make_instance("paper", seed=args.seed, ues=N, bss=B, dcs=S, rounds=args.rounds)
+            N, B, S, T = _size(spec)
+            inst = make_instance("paper", seed=args.seed, ues=N, bss=B, dcs=S,
+                                 rounds=T or args.rounds)
         base = {"size": spec, "instance": inst.name, "N": inst.N, "B": inst.B, "S": inst.S,
                 "T": inst.T}
         consts = {"inner_iters": args.inner_iters}
@@ -122,8 +126,10 @@ def figure(df: pd.DataFrame, path) -> None:
 
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
-    ap.add_argument("--sizes", default=None, help="UESxBSSxDCS list (default 20x10x5,100x20x10)")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds T (5; quick 2)")
+    ap.add_argument("--sizes", default=None,
+                    help="UESxBSSxDCS[xROUNDS] list (default 20x10x5x5,100x20x10x2)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds T where a size gives none (5; quick 2)")
     ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 15)")
     ap.add_argument("--inner-iters", type=int, default=200)
     ap.add_argument("--consensus-rounds", type=int, default=30)
@@ -133,7 +139,7 @@ def main(argv=None) -> int:
                     help="ipopt-enum without its association local search")
     args = ap.parse_args(argv)
     if args.sizes is None:
-        args.sizes = "small,10x6x3" if args.quick else "20x10x5,100x20x10"
+        args.sizes = "small,10x6x3" if args.quick else "20x10x5x5,100x20x10x2"
     args.sizes = [s for s in args.sizes.split(",") if s]
     if args.rounds is None:
         args.rounds = 2 if args.quick else 5
@@ -147,7 +153,7 @@ def main(argv=None) -> int:
     f2 = out / "dec_vs_ipopt.png"
     figure(df, f2)
     common.print_table(df, "decentralized vs ipopt-enum",
-                       [c for c in ("size", "method", "wall_s", "sca_s", "polish_s", "per_node_s",
+                       [c for c in ("size", "T", "method", "wall_s", "sca_s", "polish_s", "per_node_s",
                                     "objective", "ratio_dec_over_ipopt", "aggregators")
                         if c in df])
     common.footer("bench_dec_vs_ipopt", t0, [f1, f2])
