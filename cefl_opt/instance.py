@@ -368,8 +368,13 @@ def read_json(path: str | Path, *, what: str) -> Any:
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to a temporary file and rename it: never a partly written output."""
+    write_atomic(path, json.dumps(data, indent=1))
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
     p = Path(path)
-    text = json.dumps(data, indent=1)
+    text = data
     p.parent.mkdir(parents=True, exist_ok=True)
     # a unique temporary name in the same folder, removed if anything fails before the rename
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
@@ -377,7 +382,7 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
             fh.write(text)
         os.replace(tmp, p)
     except BaseException:

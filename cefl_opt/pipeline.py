@@ -1,13 +1,13 @@
 """`cefl-opt run`: the toolkit's main job (issue 6).
 
-Generate the default `paper` instance, solve P with the decentralised method (when available)
-and the centralised baselines, train on Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a
+Generate the default `paper` instance, solve P with the decentralised method, the centralised
+reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a
 report folder: `report.md` (tables), PNG figures, CSVs and every solution file.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import time
 from pathlib import Path
 
@@ -15,9 +15,9 @@ import pandas as pd
 
 from . import system
 from .generator import make_instance
-from .instance import InstanceError
+from .instance import InstanceError, write_atomic, write_json_atomic
 
-DEFAULT_METHODS = ("decentralized", "greedy-rate", "greedy-data", "fixed", "no-offload")
+DEFAULT_METHODS = ("decentralized", "ipopt-enum", "greedy-rate", "greedy-data", "fixed", "no-offload")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,10 @@ def run_main(args: argparse.Namespace) -> int:
                      "energy_J": ev.terms["energy"], "wall_s": res.wall_s,
                      "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds)})
     solvers = pd.DataFrame(rows)
-    solvers.to_csv(out / "solvers.csv", index=False)
+    if "ipopt-enum" in sols and "objective" in solvers:
+        ref = float(solvers.set_index("method").loc["ipopt-enum", "objective"])
+        solvers["vs_ipopt_enum"] = solvers["objective"] / ref - 1.0
+    write_atomic(out / "solvers.csv", solvers.to_csv(index=False))
     _bar(solvers, out / "solvers.png")
 
     opt = [m for m in meths if m in sols and m != "no-offload"]
@@ -98,9 +101,9 @@ def run_main(args: argparse.Namespace) -> int:
             hist.append(h)
             train_tables[method] = tr.targets.assign(method=method)
         hist = pd.concat(hist, ignore_index=True)
-        hist.to_csv(out / "training.csv", index=False)
+        write_atomic(out / "training.csv", hist.to_csv(index=False))
         tt = pd.concat(train_tables.values(), ignore_index=True)
-        tt.to_csv(out / "targets.csv", index=False)
+        write_atomic(out / "targets.csv", tt.to_csv(index=False))
         _curves(hist, out / "accuracy_vs_cost.png")
     _report(out, inst, solvers, cefl_src, train_tables, time.perf_counter() - t0)
     print(f"report: {out / 'report.md'}")
@@ -120,7 +123,7 @@ def _bar(df: pd.DataFrame, path: Path) -> None:
         a.set_title(lab)
         a.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_png(fig, path)
     plt.close(fig)
 
 
@@ -139,7 +142,7 @@ def _curves(hist: pd.DataFrame, path: Path) -> None:
         a.grid(alpha=0.3)
         a.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_png(fig, path)
     plt.close(fig)
 
 
@@ -154,6 +157,12 @@ def _report(out: Path, inst, solvers: pd.DataFrame, cefl_src, train_tables, wall
                   "only, no offloading, averaged f, m, gamma)", ""]
         tt = pd.concat(train_tables.values(), ignore_index=True)
         lines += [tt.to_markdown(index=False), "", "![curves](accuracy_vs_cost.png)", ""]
-    (out / "report.md").write_text("\n".join(lines))
-    (out / "summary.json").write_text(json.dumps({"instance": inst.name, "cefl_source": cefl_src,
-                                                  "wall_s": wall}, indent=1))
+    write_atomic(out / "report.md", "\n".join(lines))
+    write_json_atomic(out / "summary.json", {"instance": inst.name, "cefl_source": cefl_src,
+                                             "wall_s": wall})
+
+
+def _save_png(fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    write_atomic(path, buf.getvalue())
