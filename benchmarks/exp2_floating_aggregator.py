@@ -13,8 +13,9 @@ FAIL would point at a bug; the decentralized row is reported the same way, for i
 
 Writes results/bench/exp2_floating_aggregator.csv (per seed, method and round),
 exp2_floating_aggregator_summary.csv (per seed and method) and exp2_floating_aggregator.png.
-Default: the paper network, T = 5, seed 0: measured 30 minutes on the shared 2-core machine
-(ipopt-enum's 27 Ipopt solves 21 min, decentralized 4 min, the 7 fixed/greedy solves 4 min);
+Default: the paper network, T = 5, seed 0: measured 7.7 minutes on the shared 2-core machine
+with another job running (ipopt-enum 4.5 min, decentralized 1.5 min, the 7 fixed/greedy solves
+2 min);
 `--ues 10 --bss 5` keeps 5 DCs and T = 5 and takes a few minutes. --quick: T = 3 on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations
