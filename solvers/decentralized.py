@@ -62,6 +62,7 @@ from cefl_opt.solution import Solution
 
 from .consensus import mixing_matrix, spectral_rate
 from .primal_dual import PDConstants, PrimalDual, resolve_constants
+from .repair import repair_associations
 from .sca import BlockStructure, build_structure, run_sca
 
 METHODS = ("decentralized", "centralized-pd")
@@ -103,38 +104,6 @@ def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | 
     nlp = centralized.FixedNLP(inst, bound=bound, ipopt_options=ipopt_options)
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
     return out, str(getattr(status, "value", status))
-
-
-def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollary",
-                        max_passes: int = 2) -> tuple[Solution, int]:
-    """Association repair after rounding: each UE in turn, per round, moves its uplink and then
-    its downlink to the BS that gives the smallest objective of P (`system.evaluate`) with every
-    other decision of `sol` held; passes repeat until nothing changes (at most `max_passes`).
-    Only feasible, strictly better moves are taken, so the objective never rises. Returns the
-    repaired solution and the number of moves."""
-    cur = Solution(rounds=[r.copy() for r in sol.rounds], method=sol.method, status=sol.status)
-    best = system.evaluate(inst, cur, bound=bound).objective
-    moves = 0
-    for _pass in range(max_passes):
-        changed = False
-        for t in range(inst.T):
-            r = cur.rounds[t]
-            for n in range(inst.N):
-                for field in ("uplink_bs", "downlink_bs"):
-                    arr = getattr(r, field)
-                    keep = int(arr[n])
-                    for b in range(inst.B):
-                        if b == keep:
-                            continue
-                        arr[n] = b
-                        ev = system.evaluate(inst, cur, bound=bound)
-                        if ev.feasible and ev.objective < best * (1 - 1e-12):
-                            best, keep, changed = ev.objective, b, True
-                            moves += 1
-                    arr[n] = keep
-        if not changed:
-            break
-    return cur, moves
 
 
 def solve_decentralized(inst: Instance, *, method: str = "decentralized",
