@@ -16,8 +16,8 @@ says so). Training stops early once the highest target is reached.
 Writes results/bench/exp1_energy_delay_to_accuracy.csv (one row per run and target, with the
 savings of CE-FL), exp1_energy_delay_to_accuracy_history.csv (per round) and
 exp1_energy_delay_to_accuracy.png (accuracy vs cumulative energy and vs cumulative delay).
-Default: the paper network, T = 5, Fashion-MNIST, MLP, up to 300 rounds (measured 7.5 minutes:
-decentralized 5 min, 80 % reached after ~135 rounds by every run).
+Default: the paper network, T = 5, Fashion-MNIST, MLP, up to 300 rounds (measured
+2.6 min; 80 % reached after 128-143 rounds).
 --quick: T = 2 on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs), decentralized capped at
 15 outer iterations, up to 40 rounds (the 80 % target is then usually not reached).
 """
