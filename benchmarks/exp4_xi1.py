@@ -10,7 +10,7 @@ holds no data has no cost for its m, so its m is arbitrary), min m (the corollar
 on m only through min_{t,i} m), and the processing energies.
 
 Writes results/bench/exp4_xi1.csv and exp4_xi1.png.
-Default: the paper network, T = 2, ipopt-enum (measured 9 minutes with another job running on
+Default: the paper network, T = 2, ipopt-enum (measured 10 minutes with another job running on
 the 2-core machine; the factors 0.1 and 10 take longest).
 --quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """

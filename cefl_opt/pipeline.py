@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + ",".join(DEFAULT_METHODS))
     p.add_argument("--dataset", default="fmnist")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--train-rounds", type=int, default=15, help="training rounds per method")
+    p.add_argument("--train-rounds", type=int, default=30, help="training rounds per method")
     p.add_argument("--targets", default="0.6,0.7,0.8")
     p.add_argument("--model", default="mlp")
     p.add_argument("--skip-training", action="store_true")
