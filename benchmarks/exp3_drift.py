@@ -22,8 +22,8 @@ the critical path; then processing sets dA and the drift term can act on it. Out
 variant carry its tag (default `bM<scale>`) in the file names.
 
 Writes results/bench/exp3_drift.csv and exp3_drift.png.
-Default: the paper network, T = 2, ipopt-enum (measured 5 minutes, 13 with --beta-M-scale 0.05,
-with another job running on the 2-core machine).
+Default: the paper network, T = 2, ipopt-enum (measured 10 minutes each, default and --beta-M-scale
+0.05, with another job running on the 2-core machine).
 --quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations
