@@ -73,7 +73,7 @@ def run(args) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def figure(df: pd.DataFrame, path) -> None:
+def figure(df: pd.DataFrame, path):
     plt = common.plt()
     fig, ax = plt.subplots(figsize=(8, 3.6))
     labels = [f"{p}\nseed {s}" for p, s in zip(df.preset, df.seed)]
@@ -83,7 +83,7 @@ def figure(df: pd.DataFrame, path) -> None:
     ax.set_xticks(range(len(df)), labels, fontsize=8)
     ax.set_ylabel("decentralized / ipopt-enum - 1 (%)")
     ax.legend(fontsize=8)
-    common.save_fig(fig, path)
+    return common.save_fig(fig, path)
 
 
 def main(argv=None) -> int:
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     out = common.out_dir(args)
     df = run(args)
     f1 = common.write_csv(df, out / "dec_quality.csv")
-    f2 = figure(df, out / "dec_quality.png") or out / "dec_quality.png"
+    f2 = figure(df, out / "dec_quality.png")
     common.print_table(df, "decentralized vs ipopt-enum per seed",
                        ["preset", "seed", "dec_objective", "enum_objective", "gap",
                         "dec_feasible", "dec_aggregators", "enum_aggregators", "dec_wall_s",

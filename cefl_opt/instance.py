@@ -374,7 +374,6 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
     p = Path(path)
-    text = data
     p.parent.mkdir(parents=True, exist_ok=True)
     # a unique temporary name in the same folder, removed if anything fails before the rename
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
@@ -382,8 +381,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
+            fh.write(data)
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

@@ -1,8 +1,9 @@
 """`cefl-opt run`: the toolkit's main job (issue 6).
 
 Generate the default `paper` instance, solve P with the decentralised method, the centralised
-reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a
-report folder: `report.md` (tables), PNG figures, CSVs and every solution file.
+reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on
+Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a report folder: `report.md` (tables),
+PNG figures, CSVs and every solution file.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from . import system
 from .generator import make_instance
 from .instance import InstanceError, write_atomic, write_json_atomic
 
-DEFAULT_METHODS = ("decentralized", "ipopt-enum", "greedy-rate", "greedy-data", "fixed", "no-offload")
+DEFAULT_METHODS = ("decentralized", "ipopt-enum", "greedy-rate", "greedy-data", "fixed",
+                   "no-offload")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

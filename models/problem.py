@@ -195,6 +195,13 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         else:
             blk._g = {g: getattr(own, g) for g in m._globals}
 
+    def lift_volume(blk, volume) -> None:
+        """Compact form: the node's data volume D[t] = volume(t) as a variable (thousands of
+        samples) defined by an equality in `blk.lift` (module docstring)."""
+        blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS), initialize=0.0)
+        blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - volume(t) == 0)
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
+
     # ------------------------------------------------------------------ UE equations
     def ue_rule(blk, n):
         blk.convex = pyo.Block()
@@ -256,11 +263,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
         else:  # compact form: lifted data volume and gradient-path delays (module docstring)
             blk.lift = pyo.Block()
-            blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS),
-                             initialize=0.0)
-            blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - sum(
-                blk.rho_nb[t, n] * Dbar[t, n] for n in m.N) == 0)
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
+            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
             blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
                 bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
                 initialize=lambda v, t, s: bM / R0[b, s])
@@ -295,11 +298,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
             blk.lift = pyo.Block()
             blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: m.bs[b].D[t])
-            blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS),
-                             initialize=0.0)
-            blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - sum(
-                blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B) == 0)
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
+            lift_volume(blk, lambda t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: blk.gamma[t] * blk.m[t] * blk.D[t]
                                 / (inst.M[s] * inst.C[s] * blk.z[t]))
         blk.EP = pyo.Expression(m.T, rule=lambda e, t: blk.dP[t] * inst.Pbar[s] * inst.M[s]
@@ -557,9 +556,9 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             for s in m.S:
                 bb.rho_bs[t, s].set_value(r.rho_bs[b, s], skip_validation=True)
                 bb.R[t, s].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
-                if hasattr(bb, "gpath"):
+                if not m._copies:  # lifted variables of the compact form
                     bb.gpath[t, s].set_value(inst.beta_M / r.R_bs[b, s], skip_validation=True)
-            if hasattr(bb, "Dv"):
+            if not m._copies:
                 bb.Dv[t].set_value(float(r.rho_nb[:, b] @ inst.Dbar[t]) / KS, skip_validation=True)
         for s in m.S:
             d = m.dc[s]
@@ -570,7 +569,7 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
             d.eNB[t].set_value(float(rt["dD_nb"].max()), skip_validation=True)
             d.dA[t].set_value(rt["dA"], skip_validation=True)
             d.dR[t].set_value(rt["dR"], skip_validation=True)
-            if hasattr(d, "Dv"):
+            if not m._copies:
                 d.Dv[t].set_value(float(rt["D_s"][s]) / KS, skip_validation=True)
             for b in m.B:
                 d.rho_bs[t, b].set_value(r.rho_bs[b, s], skip_validation=True)

@@ -124,9 +124,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     init: "relaxed" or "reference" (see the module docstring). polish: run Ipopt with the
     binaries fixed at the end (else the rounded, clipped point is returned). repair: improve
     each UE's rounded uplink/downlink BS by the objective of P (`repair_associations`) before the
-    polish. structure: a
-    prebuilt `sca.build_structure` result for the same instance/bound/init (benchmarks reuse
-    it across runs).
+    polish. structure: a prebuilt `sca.build_structure` result for the same instance/bound/init
+    (benchmarks reuse it across runs).
     """
     if method not in METHODS:
         raise ValueError(f"method {method!r}: expected one of {METHODS}")
