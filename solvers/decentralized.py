@@ -63,8 +63,9 @@ INITS = ("relaxed", "reference")
 CENTRAL_STEPS = {"decentralized": [], "decentralized-polish": ["association_repair", "ipopt_polish"],
                  "centralized-pd": ["global_primal_dual"]}
 TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
-                "rho", "inner_iters", "inner_residual", "step_inf", "rejected", "L_raised",
-                "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max", "bytes_mean")
+                "rho", "inner_iters", "inner_residual", "step_inf", "stationarity", "rejected",
+                "L_raised", "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max",
+                "bytes_mean")
 
 
 class _DecOps:
@@ -208,6 +209,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                      "max_violation": rec.violation, "forcing_violation": rec.forcing,
                      "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
                      "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+                     "stationarity": rec.stationarity,
                      "rejected": int(rec.rejected), "L_raised": rec.L_raised,
                      "aggregators": "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
                      "I_binary_gap": float(np.max(1.0 - d["Is"].max(axis=1))),
