@@ -60,7 +60,8 @@ from .sca import DecStructure, Linearisation, build_structure, run_sca
 
 METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
-CENTRAL_STEPS = {"decentralized": [], "decentralized-polish": ["association_repair", "ipopt_polish"],
+CENTRAL_STEPS = {"decentralized": [],
+                 "decentralized-polish": ["association_repair", "ipopt_polish"],
                  "centralized-pd": ["global_primal_dual"]}
 TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
                 "rho", "inner_iters", "inner_residual", "step_inf", "stationarity", "rejected",
@@ -105,7 +106,8 @@ class _DecOps:
         h_ent = np.zeros(self.E)
         for d, pv in enumerate(st.providers):
             sl = slice(st.row_ptr[d], st.row_ptr[d + 1])
-            np.add.at(h_ent, self.pent[d], pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl]))
+            hd = pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl])
+            np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
 
 
@@ -138,7 +140,8 @@ def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | 
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
     final = sol
     if out is not None:
-        ev_p, ev_r = system.evaluate(inst, out, bound=bound), system.evaluate(inst, sol, bound=bound)
+        ev_p = system.evaluate(inst, out, bound=bound)
+        ev_r = system.evaluate(inst, sol, bound=bound)
         if ev_p.feasible and ev_p.objective <= ev_r.objective + 1e-12:
             final = out
     return final, str(getattr(status, "value", status)), time.perf_counter() - t0

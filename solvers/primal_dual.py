@@ -280,7 +280,3 @@ class InnerSolver:
         self.du_prev = du
         self.lam = np.where(free, y, self.lam)
         return ul + du, {"inner_iters": it, "residual": res}
-
-    def prices(self) -> np.ndarray:
-        """Current multipliers (each held by its row's host)."""
-        return self.lam.copy()

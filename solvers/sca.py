@@ -133,10 +133,6 @@ class Linearisation:
     a: np.ndarray
     f_nodes: np.ndarray
 
-    def surrogate_objective(self, u: np.ndarray, q: np.ndarray) -> float:
-        du = u - self.u
-        return float(self.f + self.g @ du + 0.5 * (q * du) @ du)
-
 
 @dataclass
 class DecStructure:
@@ -245,7 +241,8 @@ class DecStructure:
         h = np.zeros(self.n)
         x = self.x_of(u)
         for d, pv in enumerate(self.providers):
-            yl = y[self.row_ptr[d]:self.row_ptr[d + 1]] / self.row_norm[self.row_ptr[d]:self.row_ptr[d + 1]]
+            sl = slice(self.row_ptr[d], self.row_ptr[d + 1])
+            yl = y[sl] / self.row_norm[sl]
             np.add.at(h, pv.comp, pv.hessian_diag(x[pv.comp], yl))
         return h * self.scale ** 2
 
@@ -478,8 +475,10 @@ def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
     out: dict[str, Any] = {k: [] for k in ("rho_nb", "rho_bs", "f", "z", "gamma_ue", "gamma_dc",
                                            "m_ue", "m_dc", "R_bs")}
     for t in range(T):
-        out["rho_nb"].append(np.array([[ix(m.ue[n].rho[t, b]) for b in range(B)] for n in range(N)]))
-        out["rho_bs"].append(np.array([[ix(m.bs[b].rho_bs[t, s]) for s in range(S)] for b in range(B)]))
+        out["rho_nb"].append(np.array([[ix(m.ue[n].rho[t, b]) for b in range(B)]
+                                       for n in range(N)]))
+        out["rho_bs"].append(np.array([[ix(m.bs[b].rho_bs[t, s]) for s in range(S)]
+                                       for b in range(B)]))
         out["f"].append(np.array([ix(m.ue[n].f[t]) for n in range(N)]))
         out["z"].append(np.array([ix(m.dc[s].z[t]) for s in range(S)]))
         out["gamma_ue"].append(np.array([ix(m.ue[n].gamma[t]) for n in range(N)]))
