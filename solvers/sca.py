@@ -599,7 +599,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         raised = int(bad.sum())
         if raised:
             need = 2.0 * (lin_next.c[bad] - lin_part[bad]) / quad[bad]
-            L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), 1e6)
+            L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), k.L_max)
         L = np.where(free & ~bad, np.maximum(0.7 * L, k.L_C / 100.0), L)
         viol_next = gmax(np.where(free, np.maximum(lin_next.c, 0.0), 0.0))
         viol_now = gmax(np.where(free, np.maximum(lin.c, 0.0), 0.0))
