@@ -617,7 +617,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         records.append(rec)
         forcing_prev = forcing
         stop = callback(rec) if callback is not None else False
-        tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step))
+        # inner accuracy: tightened with the step, and below the violation being removed (an
+        # inexact surrogate solution would otherwise leave rows violated and be rejected)
+        tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step,
+                                      0.5 * max(min(viol_now, viol_next), k.viol_tol)))
         if not rejected:
             u, lin = u_next, lin_next
             binary_ok = phase != "relaxed" or (forcing_on and forcing <= 1e-9)
