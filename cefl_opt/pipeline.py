@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_main(args: argparse.Namespace) -> int:
-    from cefl_opt.solvers.base import methods as known_methods, solve
+    from cefl_opt.solvers.base import method_spec, methods as known_methods, solve
     out = Path(args.out)
     avail = known_methods()
     if args.methods is None:
@@ -66,7 +66,8 @@ def run_main(args: argparse.Namespace) -> int:
     rows, sols = [], {}
     for meth in meths:
         print(f"[2/3] solving P with {meth} ...", flush=True)
-        res = solve(inst, meth, progress=True)
+        takes_progress = "progress" in method_spec(meth).options_class().names()
+        res = solve(inst, meth, **({"progress": True} if takes_progress else {}))
         print("      " + res.summary(), flush=True)
         if res.solution is None:
             rows.append({"method": meth, "status": res.status})

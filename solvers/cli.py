@@ -7,61 +7,35 @@ import sys
 from cefl_opt import system
 from cefl_opt.instance import Instance
 
-from .base import SolutionStatus, TerminationCondition, methods, solve
+from .base import SolutionStatus, TerminationCondition, methods, options_classes, solve
+from .options import add_option_flags, options_from_args
 
 # exit codes of `cefl-opt solve`
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_NO_SOLUTION = 0, 2, 3, 4
-METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no-offload",
-                "decentralized", "centralized-pd")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    descs = methods()
     p = sub.add_parser("solve", help="solve Problem P on an instance",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Solve P with a named method. Exit 0: a feasible solution was "
                                    "written; 3: the instance is infeasible; 4: no solution "
-                                   "(time limit or solver failure); 2: bad input.")
+                                   "(time limit or solver failure); 2: bad input.\n\nmethods:\n"
+                                   + "\n".join(f"  {k:15s} {v}" for k, v in descs.items())
+                                   + "\n\nEach method option below lists the methods that "
+                                     "take it; giving it to another method is an error.")
     p.add_argument("net", help="instance JSON (cefl-instance/1)")
-    p.add_argument("--method", required=True, choices=METHOD_NAMES)
+    p.add_argument("--method", required=True, choices=sorted(descs))
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
-    p.add_argument("--bound", choices=("corollary", "general"), default="corollary")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds (SCIP, Ipopt)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--aggregator", type=int, default=0, help="DC index for --method fixed")
-    p.add_argument("--gap", type=float, default=1e-6, help="relative gap for SCIP")
-    p.add_argument("--threads", type=int, default=1, help="SCIP threads")
-    p.add_argument("--starts", type=int, default=1, help="ipopt-enum: sweep starts")
-    p.add_argument("--consensus-rounds", type=int, default=None, help="J for decentralized")
-    p.add_argument("--max-outer", type=int, default=None, help="outer SCA iterations")
-    p.add_argument("--trace", default=None, help="CSV trace per outer iteration")
-    p.add_argument("--constants", choices=("tuned", "paper"), default="tuned",
-                   help="algorithm constants of decentralized/centralized-pd: the tuned defaults "
-                        "or the paper's table (SPEC §5)")
+    add_option_flags(p.add_argument_group("method options"), options_classes())
     p.set_defaults(func=run_solve)
 
 
 def run_solve(args: argparse.Namespace) -> int:
+    classes = options_classes()
+    opts = options_from_args(args.method, classes[args.method], args, classes.values())
     inst = Instance.load(args.net)
-    for name in ("time_limit", "gap"):
-        v = getattr(args, name)
-        if v is not None and v <= 0:
-            raise ValueError(f"option '--{name.replace('_', '-')}' must be > 0, got {v}")
-    opts = {"bound": args.bound, "seed": args.seed}
-    if args.time_limit is not None:
-        opts["time_limit"] = args.time_limit
-    if args.method == "fixed":
-        opts["aggregator"] = args.aggregator
-    if args.method == "scip":
-        opts.update(gap=args.gap, threads=args.threads)
-    if args.method == "ipopt-enum":
-        opts["starts"] = args.starts
-    if args.method in ("decentralized", "centralized-pd"):
-        opts["constants"] = args.constants
-        for k in ("consensus_rounds", "max_outer"):
-            if getattr(args, k) is not None:
-                opts[k] = getattr(args, k)
-        if args.trace:
-            opts["trace_path"] = args.trace
-    res = solve(inst, args.method, **opts)
+    res = solve(inst, args.method, opts)
     print(res.summary())
     if res.termination_condition == TerminationCondition.provenInfeasible:
         for why in res.info.get("reasons", []):
@@ -72,7 +46,7 @@ def run_solve(args: argparse.Namespace) -> int:
                                                        SolutionStatus.infeasible):
         print(f"no solution written: {res.status}", file=sys.stderr)
         return EXIT_NO_SOLUTION
-    ev = system.evaluate(inst, res.solution, bound=args.bound)
+    ev = system.evaluate(inst, res.solution, bound=opts.bound)
     res.solution.objective, res.solution.terms = ev.objective, ev.terms
     res.solution.save(args.out)
     print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound {ev.terms['ml_bound']:.6g}, "
