@@ -17,6 +17,7 @@ from .instance import Instance
 from .solution import RoundDecision, Solution
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
+BOUND_FORMS = ("corollary", "general")  # eq:convSpecial / eq:GenConvBound
 
 
 # ---- per-round physics -----------------------------------------------------------------

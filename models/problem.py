@@ -41,13 +41,12 @@ import pyomo.environ as pyo
 
 from cefl_opt.instance import Instance
 from cefl_opt.solution import RoundDecision, Solution
-from cefl_opt.system import a_norms, full_rates, gamma_cap
+from cefl_opt.system import BOUND_FORMS, a_norms, full_rates, gamma_cap
 
 GHZ, GBIT = 1e9, 1e9
 KS = 1e3   # data volumes of the compact form's lifted variables in thousands of samples
 
 BINARY_MODES = ("relaxed", "binary", "fixed")
-BOUND_FORMS = ("corollary", "general")
 
 
 def _globals_for(bound: str) -> tuple[str, ...]:
