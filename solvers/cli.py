@@ -7,8 +7,8 @@ import sys
 from cefl_opt import system
 from cefl_opt.instance import Instance
 
-from .base import SolutionStatus, TerminationCondition, methods, options_classes, solve
-from .options import add_option_flags, options_from_args
+from .base import (SolutionStatus, TerminationCondition, add_method_flags, methods,
+                   options_from_namespace, solve)
 
 # exit codes of `cefl-opt solve`
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_NO_SOLUTION = 0, 2, 3, 4
@@ -27,13 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("net", help="instance JSON (cefl-instance/1)")
     p.add_argument("--method", required=True, choices=sorted(descs))
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
-    add_option_flags(p.add_argument_group("method options"), options_classes())
+    add_method_flags(p.add_argument_group("method options"))
     p.set_defaults(func=run_solve)
 
 
 def run_solve(args: argparse.Namespace) -> int:
-    classes = options_classes()
-    opts = options_from_args(args.method, classes[args.method], args, classes.values())
+    opts = options_from_namespace(args)
     inst = Instance.load(args.net)
     res = solve(inst, args.method, opts)
     print(res.summary())
