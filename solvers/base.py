@@ -138,6 +138,24 @@ def options_classes() -> dict[str, type]:
     return {k: v.options_class() for k, v in sorted(_REGISTRY.items())}
 
 
+def add_method_flags(parser) -> None:
+    """Add the flags of every registered method's options to an argparse parser (or group):
+    `solvers.options.add_option_flags` over `options_classes()`."""
+    from .options import add_option_flags
+    add_option_flags(parser, options_classes())
+
+
+def options_from_namespace(args, method: str | None = None):
+    """The options object of `method` (default `args.method`) from flags added by
+    `add_method_flags`; a flag of another method is an `OptionError`."""
+    from .options import options_from_args
+    classes = options_classes()
+    method = method or args.method
+    if method not in classes:
+        raise ValueError(f"unknown method {method!r}: choose one of {sorted(classes)}")
+    return options_from_args(method, classes[method], args, classes.values())
+
+
 def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Results:
     """Run a named method (see `methods()`) on `inst`. Options are given as keywords, as an
     options object of the method's class (`spec.options_class()`), or both (keywords override

@@ -3,8 +3,9 @@ fixed, aggregator enumeration (`ipopt-enum`) and the paper's §VI baselines.
 
 Every baseline fixes its discrete choice (aggregator per round, UE-BS associations, or no
 offloading) and optimises the continuous variables with Ipopt on the same Pyomo model, so that
-comparisons isolate the decision being compared. Associations start from `association_rule` and
-are then repaired by the objective of P (`solvers.repair`, the same step the decentralised
+comparisons isolate the decision being compared. Associations start from
+`cefl_opt.association.association_rule` and are then repaired by the objective of P
+(`association.repair_associations`, the same step the decentralised
 solver takes after rounding) and re-polished (`solve_with_repair`; `assoc_repair=False` turns
 it off).
 """
@@ -19,15 +20,15 @@ import pyomo.environ as pyo
 from pyomo.opt import TerminationCondition as PyoTC
 
 from cefl_opt import system
+from cefl_opt.association import association_rule, repair_associations
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, fix_binaries, load_solution
-from cefl_opt.models.problem import unfix_binaries
+from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fix_binaries,
+                             load_solution, unfix_binaries)
 from cefl_opt.solution import RoundDecision, Solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
-from .repair import repair_associations
 
 IPOPT_DEFAULTS: dict[str, Any] = {"tol": 1e-8, "max_iter": 3000, "print_level": 0,
                                   "mu_strategy": "adaptive"}
@@ -42,14 +43,6 @@ def _require_cyipopt():
 
 
 # ---------------------------------------------------------------------- discrete choices
-def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarray, np.ndarray]:
-    """UE-BS associations: uplink via the BS with the fastest gradient path to the aggregator,
-    min_b beta_M/R_nb + beta_M/Rmax_bs[b, agg]; downlink from the BS with the best R_bn."""
-    up = np.argmin(1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1)
-    down = np.argmax(inst.R_bn[t], axis=0)
-    return up.astype(int), down.astype(int)
-
-
 def decisions_for(inst: Instance, aggregators: Sequence[int],
                   base: Solution | None = None) -> list[RoundDecision]:
     """Round decisions with the given aggregator per round, associations by `association_rule`,
@@ -158,7 +151,7 @@ class FixedNLP:
 def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
                       warm: Solution | None = None, *, repair: bool = True
                       ) -> tuple[Solution | None, TerminationCondition, float | None]:
-    """Ipopt for `decisions`, then (repair=True) the association repair of `solvers.repair` at
+    """Ipopt for `decisions`, then (repair=True) the association repair of `cefl_opt.association` at
     the optimum and, if it moved anything, a second Ipopt solve with the repaired associations.
     The best feasible of the three points is returned."""
     sol, st, obj = nlp.solve(decisions, warm=warm)

@@ -72,7 +72,8 @@ def test_every_field_rejects_values_of_the_wrong_type(cls, name, value):
 
 
 RANGE_CASES = [  # option values out of their documented range (issue 12, "Options")
-    (ScipOptions, "time_limit", 0.0), (ScipOptions, "time_limit", -5.0), (ScipOptions, "gap", -1e-3),
+    (ScipOptions, "time_limit", 0.0), (ScipOptions, "time_limit", -5.0),
+    (ScipOptions, "gap", -1e-3),
     (ScipOptions, "threads", 0), (ScipOptions, "seed", -1),
     (IpoptEnumOptions, "starts", 0), (IpoptEnumOptions, "sweeps", 0),
     (IpoptEnumOptions, "seed", -1), (IpoptEnumOptions, "time_limit", 0.0),
@@ -193,8 +194,8 @@ def test_every_command_line_field_becomes_a_flag_that_sets_that_field():
 def test_a_flag_of_another_method_is_an_error_not_ignored():
     p = _parser()
     with pytest.raises(UnknownOptionError, match=r"'aggregator' \(--aggregator\) does not apply"):
-        options_from_args("greedy-rate", CLASSES["greedy-rate"], p.parse_args(["--aggregator", "1"]),
-                          CLASSES.values())
+        options_from_args("greedy-rate", CLASSES["greedy-rate"],
+                          p.parse_args(["--aggregator", "1"]), CLASSES.values())
     opts = options_from_args("scip", ScipOptions, p.parse_args(["--time-limit", "none"]),
                              CLASSES.values())
     assert opts.time_limit is None
@@ -232,7 +233,8 @@ def test_base_imports_no_method_module_and_listing_loads_none():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after, last = p.stdout.strip().splitlines()
     assert before == "['cefl_opt.solvers.base']"
-    assert after == "['cefl_opt.solvers.base', 'cefl_opt.solvers.options', 'cefl_opt.solvers.plugins']"
+    assert after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.options', "
+                     "'cefl_opt.solvers.plugins']")
     assert last == "False 8"
 
 

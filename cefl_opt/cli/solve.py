@@ -22,8 +22,7 @@ METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..solvers.base import methods, options_classes
-    from ..solvers.options import add_option_flags
+    from ..solvers.base import add_method_flags, methods
 
     descs = methods()
     p = sub.add_parser("solve", help="solve Problem P on an instance",
@@ -39,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
     # the method options: one flag per field of the methods' options dataclasses
     # (`cefl_opt.solvers.options`); `--trace` is written after the solution, or not at all
-    add_option_flags(p.add_argument_group("method options"), options_classes())
+    add_method_flags(p.add_argument_group("method options"))
     p.set_defaults(func=run_solve)
 
 
@@ -47,11 +46,9 @@ def run_solve(args: argparse.Namespace) -> int:
     from .. import system
     from ..solvers.base import SolutionStatus, TerminationCondition, solve
 
-    from ..solvers.base import options_classes
-    from ..solvers.options import options_from_args
+    from ..solvers.base import options_from_namespace
 
-    classes = options_classes()
-    opts = options_from_args(args.method, classes[args.method], args, classes.values())
+    opts = options_from_namespace(args)
     trace = getattr(opts, "trace_path", None)
     check_distinct([("--out", args.out), ("--trace", trace)], [args.net])
     for option, path in (("--out", args.out), ("--trace", trace)):
