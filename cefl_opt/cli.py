@@ -199,9 +199,12 @@ def show_text(inst: Instance) -> str:
                  f"gradient;  gamma in [{inst.gamma_min:g}, {inst.gamma_max:g}], m >= {inst.m_floor:g}")
     lines.append(f"weights: xi1 {inst.xi1:.6g}  xi2 {inst.xi2:.6g}  xi3 {inst.xi3_total:.6g}  "
                  f"xi3_1..6 {', '.join(f'{v:g}' for v in inst.xi3)}")
-    lines.append(f"ML constants: eta {inst.eta:g}  mu {inst.mu:g}  vartheta {inst.vartheta:g}  "
+    vt = (f"vartheta {inst.vartheta:g} (constant)" if inst.vartheta_mode == "constant"
+          else "vartheta tau_eff")
+    lines.append(f"ML constants: eta {inst.eta:g}  mu {inst.mu:g}  {vt}  "
                  f"L {inst.L:g}  zeta1 {inst.zeta1:g}  zeta2 {inst.zeta2:g}  "
-                 f"F0-F* {inst.F0_minus_Fstar:g}")
+                 f"F0-F* {inst.F0_minus_Fstar:g}  sigma max {float(inst.sigma.max()):g}  "
+                 f"Theta max {float(inst.Theta.max()):g}")
 
     g = inst.graph()
     if inst.graph_edges:
@@ -277,6 +280,12 @@ def cmd_evaluate(args) -> int:
         parts["xi * value"] = parts["weight xi"] * parts["value"]
         print(parts.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
         print("ML bound parts: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_parts.items()))
+        print("ML bound state: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_info.items()
+                                             if not k.startswith("step_")))
+        if "step_lhs" in ev.ml_info:  # Theorem 1's step-size condition (SPEC §3)
+            lhs, rhs = ev.ml_info["step_lhs"], ev.ml_info["step_rhs"]
+            print(f"step-size condition 4 d L^2 g_max (g_max-1)(2 zeta1^2+1) <= gbar T: "
+                  f"{lhs:.6g} <= {rhs:.6g}: {'holds' if lhs <= rhs * (1 + FEAS_TOL) else 'VIOLATED'}")
         table = ev.per_round_table().set_index("round")
         print("per round (delays in s, energies in J; energy = xi3_k-weighted sum):")
         print(table.to_string(float_format=lambda v: f"{v:.6g}"))
@@ -293,6 +302,7 @@ def cmd_evaluate(args) -> int:
                "weights": w,
                "objective": ev.objective if ev else None,
                "terms": ev.terms if ev else None, "ml_parts": ev.ml_parts if ev else None,
+               "ml_info": ev.ml_info if ev else None,
                "rounds": ([{k: r[k] for k in ROUND_KEYS} for r in ev.rounds] if ev else None)}
         write_json_atomic(args.json, _finite(out))
         print(f"wrote {args.json}")
