@@ -1,7 +1,8 @@
 """``cefl-opt train`` and ``cefl-opt estimate`` (issue 5). The main CLI calls
 :func:`register` with its sub-parser collection; each sub-command sets ``func`` to a handler
 ``handler(args) -> int``. Bad input raises ``cefl_opt.instance.InstanceError`` (the main CLI
-turns it into exit status 2). Standalone: ``python -m cefl_opt.learning.cli train ...``.
+turns it into exit status 2); ``train --engine flower`` returns 4 when a SuperNode fails
+mid-run (nothing is written). Standalone: ``python -m cefl_opt.learning.cli train ...``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .data import DATASETS
 from .models import MODELS
 from .trainer import DEFAULT_LR
 
+EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 DEFAULT_TARGETS = {"fmnist": "0.6,0.7,0.8", "cifar10": "0.4,0.5,0.6",
                    "mnist5k": "0.6,0.7,0.8", "digits": "0.6,0.7,0.8"}
 
@@ -59,6 +61,12 @@ def register(subparsers) -> None:
                    help="evaluate on the first N test samples only")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--engine", choices=("local", "flower"), default="local",
+                   help="local: the in-process trainer (default); flower: the same rounds as a "
+                        "Flower app in Flower's simulation engine (Ray), one SuperNode per DPU. "
+                        "Exit 4 if a SuperNode fails (nothing written)")
+    p.add_argument("--flower-cpus", type=int, default=2,
+                   help="--engine flower: CPUs Ray may use, one ClientApp per CPU (default 2)")
     p.add_argument("--out", required=True, help="per-round CSV (written atomically); the "
                    "targets table goes next to it as <stem>.targets.csv")
     p.set_defaults(func=cmd_train)
@@ -116,6 +124,30 @@ def write_csv_atomic(df, path: str | Path) -> None:
         raise
 
 
+def write_train_outputs(res, out) -> tuple[Path, Path]:
+    """The per-round CSV at ``out`` and the targets table next to it (``<stem>.targets.csv``)."""
+    out = Path(out)
+    tpath = out.with_name(out.stem + ".targets.csv")
+    write_csv_atomic(res.history, out)
+    write_csv_atomic(res.targets, tpath)
+    return out, tpath
+
+
+def load_flower():
+    """``cefl_opt.learning.flower``; FlowerUnavailable-style InstanceError (exit 2) when the
+    Flower engine (flwr, or its simulation extra Ray) is not installed."""
+    import importlib
+    try:
+        return importlib.import_module(".flower", __package__)
+    except ImportError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in ("flwr", "ray"):
+            raise
+        raise InstanceError(f"--engine flower needs the Flower engine, but Python package "
+                            f"'{top}' is not installed (pip install 'flwr[simulation]>=1.42,"
+                            f"<1.43'; or use --engine local)") from None
+
+
 def _threads(n):
     if n is not None:
         if n < 1:
@@ -124,10 +156,10 @@ def _threads(n):
         torch.set_num_threads(int(n))
 
 
-def cmd_train(args) -> int:
+def prepare_train(args):
+    """Check ``train``'s options and load what they name: ``(instance, solution, kwargs of
+    run_training)``. Shared by both engines and by the Flower deployment's ServerApp."""
     from ..solution import Solution
-    from .data import load_dataset
-    from .trainer import run_training
 
     if args.rounds is None or args.rounds < 1:
         raise InstanceError(f"--rounds must be >= 1, got {args.rounds}")
@@ -143,18 +175,38 @@ def cmd_train(args) -> int:
     sol = Solution.load(args.sol, inst)
     if not 0 <= args.aggregator < inst.S:
         raise InstanceError(f"--aggregator {args.aggregator} is not a DC index 0..{inst.S - 1}")
-    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
-    res = run_training(inst, sol, data, method=args.method, rounds=args.rounds, model=args.model,
-                       lr=args.lr, mu=args.mu, seed=args.seed, targets=targets,
-                       vartheta=args.vartheta, aggregator=args.aggregator,
-                       average=args.baseline_params == "average", test_max=args.test_max,
-                       progress=not args.no_progress)
-    out = Path(args.out)
-    write_csv_atomic(res.history, out)
-    tpath = out.with_name(out.stem + ".targets.csv")
-    write_csv_atomic(res.targets, tpath)
+    kw = dict(method=args.method, rounds=args.rounds, model=args.model, lr=args.lr, mu=args.mu,
+              seed=args.seed, targets=targets, vartheta=args.vartheta,
+              aggregator=args.aggregator, average=args.baseline_params == "average",
+              test_max=args.test_max, progress=not args.no_progress)
+    return inst, sol, kw
+
+
+def cmd_train(args) -> int:
+    from .data import load_dataset
+    from .trainer import run_training
+
+    if args.engine == "flower":
+        flower = load_flower()
+        flower.require_ray()
+        if args.flower_cpus < 1:
+            raise InstanceError(f"--flower-cpus must be >= 1, got {args.flower_cpus}")
+    inst, sol, kw = prepare_train(args)
+    if args.engine == "flower":
+        try:
+            res = flower.run_simulation(inst, sol, flower.DataSpec(args.dataset, args.data_dir,
+                                                                   args.seed),
+                                        cpus=args.flower_cpus, threads=args.threads or 1, **kw)
+        except flower.EngineError as e:
+            print(f"cefl-opt: error: Flower engine: {e}", file=sys.stderr)
+            return EXIT_ENGINE
+    else:
+        res = run_training(inst, sol, load_dataset(args.dataset, args.data_dir, seed=args.seed),
+                           **kw)
+    out, tpath = write_train_outputs(res, args.out)
     h = res.history
-    print(f"{args.method} on {args.dataset} ({args.model}, lr {args.lr}): {len(h)} rounds, final "
+    print(f"{args.method} on {args.dataset} ({args.model}, lr {args.lr}, engine {args.engine}): "
+          f"{len(h)} rounds, final "
           f"accuracy {h['accuracy'].iloc[-1]:.4f}, energy {h['cum_energy_kJ'].iloc[-1]:.4g} kJ, "
           f"delay {h['cum_delay_s'].iloc[-1]:.4g} s")
     print(res.targets.to_string(index=False))
