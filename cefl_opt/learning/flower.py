@@ -153,7 +153,7 @@ class CEFLStrategy(Strategy):
     """Flower strategy of CE-FL, FedNova and FedAvg: ``trainer.strategy`` decides, the
     SuperNodes train, ``trainer.finish_round`` aggregates, evaluates and costs the round."""
 
-    def __init__(self, trainer: Trainer, data: DataSpec, *, threads: int = 1, progress=None):
+    def __init__(self, trainer: Trainer, data: DataSpec, *, threads: int = 1, on_round=None):
         if not isinstance(trainer.model_kind, str):
             raise InstanceError("the Flower engine needs a named model ('mlp' or 'cnn'), not a "
                                 "torch module: the SuperNodes build the model themselves")
@@ -163,7 +163,7 @@ class CEFLStrategy(Strategy):
         self.trainer = trainer
         self.data = data
         self.threads = int(threads)
-        self.progress = progress
+        self.on_round = on_round     # on_round(row, x_{t+1}) after every round
         self.reply = REPLY_KIND.get(trainer.strategy.name, "both")
         self._open = None   # (r, plan, t0, {message id: dpu}, {dpu: node}, [messages])
 
@@ -204,8 +204,8 @@ class CEFLStrategy(Strategy):
         results = self._results(r, plan, node_of, msgs, list(replies))
         row = self.trainer.finish_round(r, plan, results, t0)
         self._open = None
-        if self.progress is not None:
-            self.progress(row)
+        if self.on_round is not None:
+            self.on_round(row, self.trainer.x)
         metrics = MetricRecord({k: float(v) for k, v in row.items()
                                 if isinstance(v, (int, float, np.integer, np.floating))
                                 and math.isfinite(float(v))})
@@ -335,11 +335,12 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
                    test_max: int | None = None, cpus: int = 2, client_cpus: float = 1.0,
                    threads: int = 1, round_timeout: float = DEFAULT_ROUND_TIMEOUT,
                    progress: bool = False, quiet: bool = True,
-                   client: ClientApp | None = None) -> TrainResult:
+                   client: ClientApp | None = None, on_round=None) -> TrainResult:
     """``learning.trainer.run_training`` through Flower's simulation engine: one SuperNode per
     DPU (N + S), Ray limited to ``cpus`` CPUs with ``client_cpus`` per ClientApp (so
     ``cpus / client_cpus`` ClientApps run at a time), ``threads`` torch threads per ClientApp.
-    Same arguments and result as ``run_training``; ``client`` replaces :data:`client_app`."""
+    Same arguments and result as ``run_training``; ``client`` replaces :data:`client_app`;
+    ``on_round(row, x)`` is called with each round's history row and new global model."""
     from .trainer import DEFAULT_LR
     require_ray()
     if int(rounds) < 1:
@@ -356,11 +357,14 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
         from tqdm import tqdm
         bar = tqdm(total=int(rounds), desc=f"{trainer.strategy.name} (flower)", unit="round")
 
-    def tick(row):
-        bar.set_postfix(acc=f"{row['accuracy']:.3f}", agg=row["aggregator"])
-        bar.update(1)
+    def tick(row, x):
+        if bar is not None:
+            bar.set_postfix(acc=f"{row['accuracy']:.3f}", agg=row["aggregator"])
+            bar.update(1)
+        if on_round is not None:
+            on_round(row, x)
 
-    strategy = CEFLStrategy(trainer, data, threads=threads, progress=tick if bar else None)
+    strategy = CEFLStrategy(trainer, data, threads=threads, on_round=tick)
     n_nodes = instance.N + instance.S
     app = make_server_app(strategy, rounds, min_nodes=n_nodes, round_timeout=round_timeout)
     backend = {"client_resources": {"num_cpus": float(client_cpus), "num_gpus": 0.0},
