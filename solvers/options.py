@@ -221,8 +221,9 @@ class ScipOptions(MethodOptions):
 
 
 #: PDConstants fields (solvers/primal_dual.py) that `DecentralizedOptions` can override
-PD_CONSTANT_FIELDS = ("kappa", "epsilon", "zeta", "z", "lambda1", "L_C", "kappa_rel",
-                      "epsilon_rel", "inner_iters", "inner_tol", "outer_tol", "force_after")
+PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
+                      "tol_ratio", "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth",
+                      "rho_max", "dual_cap", "curvature", "inner", "max_outer")
 
 
 _PRESET = "the preset's"
@@ -230,12 +231,15 @@ _PRESET = "the preset's"
 
 @dataclass(frozen=True)
 class DecentralizedOptions(MethodOptions):
-    """decentralized and centralized-pd (paper §V). The algorithm constants come from the preset
-    `constants`; each PDConstants field set here (not None) overrides the preset's value."""
+    """decentralized, decentralized-polish and centralized-pd (paper §V). The algorithm
+    constants come from the preset `constants`; each `primal_dual.PDConstants` field set here
+    (not None) overrides the preset's value."""
 
-    consensus_rounds: int = option(30, "J: consensus rounds on the duals per inner iteration "
-                                   "(Alg. 3; ignored by centralized-pd)", check=at_least(0))
-    max_outer: int = option(60, "K: outer SCA iterations (Alg. 1)", check=at_least(1))
+    consensus_rounds: int = option(0, "J: exchange rounds per message collective of "
+                                   "decentralized; 0 = as many as the relay depth (exact "
+                                   "aggregation over the communication graph)", check=at_least(0))
+    max_outer: int | None = option(None, "K: outer SCA iterations per phase (Alg. 1)",
+                                   check=at_least(1), default_doc=_PRESET)
     constants: str = option("tuned", "algorithm constants: the tuned defaults or the paper's "
                             "table (SPEC §5)", choices=("tuned", "paper"))
     init: str = option("relaxed", "initial point: indicators at the centre of their simplices, "
@@ -244,36 +248,43 @@ class DecentralizedOptions(MethodOptions):
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
                                     flag="--trace", metavar="FILE")
     progress: bool = option(True, "show a progress bar of the outer iterations")
-    polish: bool = option(True, "Ipopt polish of the continuous variables with the rounded "
-                          "binaries fixed")
-    repair: bool = option(True, "repair the rounded UE-BS associations by the objective of P")
-    ipopt_options: dict = option({}, "extra Ipopt options of the polish", cli=False)
+    ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
+                                 cli=False)
     # ---- overrides of the preset's PDConstants (None: the preset's value)
-    kappa: float | None = option(None, "local dual step of Lambda (paper kappa)",
-                                 check=positive, default_doc=_PRESET)
-    epsilon: float | None = option(None, "local dual step of Omega (paper epsilon)",
-                                   check=positive, default_doc=_PRESET)
-    zeta: float | None = option(None, "outer step (eqn:NOVA param update)",
-                                check=in_interval(0.0, 1.0, lo_open=True), default_doc=_PRESET)
-    z: float | None = option(None, "consensus edge weight (paper z)",
-                             check=in_interval(0.0, 1.0, lo_open=True, hi_open=True),
-                             flag="--consensus-weight", default_doc=_PRESET)
     lambda1: float | None = option(None, "prox weight of the surrogate objective",
                                    check=positive, default_doc=_PRESET)
-    L_C: float | None = option(None, "prox weight of the surrogate constraints", check=positive,
-                               flag="--l-c", default_doc=_PRESET)
-    kappa_rel: float | None = option(None, "per-row dual step of Lambda, relative",
+    L_C: float | None = option(None, "initial prox weight of the surrogate constraints",
+                               check=positive, flag="--l-c", default_doc=_PRESET)
+    zeta: float | None = option(None, "outer step (eqn:NOVA param update)",
+                                check=in_interval(0.0, 1.0, lo_open=True), default_doc=_PRESET)
+    rel: float | None = option(None, "inner step factor (PDHG tau/sigma balance)",
+                               check=positive, default_doc=_PRESET)
+    restart: int | None = option(None, "FISTA restart period", check=at_least(1),
+                                 default_doc=_PRESET)
+    inner_iters: int | None = option(None, "inner primal-dual iterations per surrogate "
+                                     "(Alg. 2), a cap", check=at_least(1), default_doc=_PRESET)
+    inner_tol: float | None = option(None, "KKT residual at which the inner loop stops",
                                      check=positive, default_doc=_PRESET)
-    epsilon_rel: float | None = option(None, "per-row dual step of Omega, relative",
-                                       check=positive, default_doc=_PRESET)
-    inner_iters: int | None = option(None, "primal-dual iterations per surrogate (Alg. 2)",
-                                     check=at_least(1), default_doc=_PRESET)
-    inner_tol: float | None = option(None, "residual at which Alg. 2 stops", check=positive,
-                                     default_doc=_PRESET)
+    tol_ratio: float | None = option(None, "inner tolerance relative to the last outer step",
+                                     check=positive, default_doc=_PRESET)
     outer_tol: float | None = option(None, "step (scaled inf-norm) at which Alg. 1 stops",
                                      check=positive, default_doc=_PRESET)
-    force_after: int | None = option(None, "outer iterations before the binary-forcing rows "
-                                     "act", check=at_least(0), default_doc=_PRESET)
+    viol_tol: float | None = option(None, "largest scaled violation accepted at the stop",
+                                    check=positive, default_doc=_PRESET)
+    force_after: int | None = option(None, "outer iterations before the binary-forcing "
+                                     "penalty acts", check=at_least(0), default_doc=_PRESET)
+    rho0: float | None = option(None, "initial forcing penalty weight", check=positive,
+                                default_doc=_PRESET)
+    rho_growth: float | None = option(None, "growth of the forcing penalty per outer "
+                                      "iteration (a factor)", check=positive, default_doc=_PRESET)
+    rho_max: float | None = option(None, "cap of the forcing penalty", check=positive,
+                                   default_doc=_PRESET)
+    dual_cap: float | None = option(None, "upper bound on every multiplier", check=positive,
+                                    default_doc=_PRESET)
+    curvature: bool | None = option(None, "Lagrangian-curvature prox (PyNumero Hessian "
+                                    "diagonal per node)", default_doc=_PRESET)
+    inner: str | None = option(None, "inner method", choices=("pdhg", "fista"),
+                               default_doc=_PRESET)
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

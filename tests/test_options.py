@@ -80,8 +80,8 @@ RANGE_CASES = [  # option values out of their documented range (issue 12, "Optio
     (FixedOptions, "aggregator", -1),
     (DecentralizedOptions, "max_outer", 0), (DecentralizedOptions, "consensus_rounds", -1),
     (DecentralizedOptions, "seed", -2), (DecentralizedOptions, "zeta", 0.0),
-    (DecentralizedOptions, "zeta", 1.5), (DecentralizedOptions, "z", 1.0),
-    (DecentralizedOptions, "kappa", 0.0), (DecentralizedOptions, "inner_iters", 0),
+    (DecentralizedOptions, "zeta", 1.5), (DecentralizedOptions, "rho_growth", 0.0),
+    (DecentralizedOptions, "lambda1", 0.0), (DecentralizedOptions, "inner_iters", 0),
     (DecentralizedOptions, "force_after", -1), (DecentralizedOptions, "L_C", -1.0),
     (FixedOptions, "weights", {"xi4": 1.0}), (FixedOptions, "weights", {"xi1": float("nan")}),
     (FixedOptions, "weights", {"xi2": -1.0}),
@@ -235,7 +235,7 @@ def test_base_imports_no_method_module_and_listing_loads_none():
     assert before == "['cefl_opt.solvers.base']"
     assert after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.options', "
                      "'cefl_opt.solvers.plugins']")
-    assert last == "False 8"
+    assert last == "False 9"
 
 
 def test_a_new_method_is_one_module_and_one_registration_line(tiny):
