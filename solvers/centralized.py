@@ -43,8 +43,9 @@ def _require_cyipopt():
 def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarray, np.ndarray]:
     """UE-BS associations: uplink via the BS with the fastest gradient path to the aggregator,
     min_b beta_M/R_nb + beta_M/Rmax_bs[b, agg]; downlink from the BS with the best R_bn."""
-    up = np.argmin(1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1)
-    down = np.argmax(inst.R_bn[t], axis=0)
+    up = np.argmin(system.link_coef(inst, 1.0, inst.R_nb[t])
+                   + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1)
+    down = np.argmax(inst.R_bn[t], axis=0)  # absent links have rate 0
     return up.astype(int), down.astype(int)
 
 
@@ -260,10 +261,12 @@ def _association_search(inst: Instance, nlp: FixedNLP, sol: Solution, obj: float
         return sol, obj
     for t in range(inst.T):
         agg = sol.rounds[t].aggregator
-        cost = 1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, agg]
+        cost = system.link_coef(inst, 1.0, inst.R_nb[t]) + 1.0 / inst.Rmax_bs[None, :, agg]
         for n in range(inst.N):
             order = np.argsort(cost[n])
             alt = int(order[1]) if int(order[0]) == sol.rounds[t].uplink_bs[n] else int(order[0])
+            if not np.isfinite(cost[n, alt]):  # UE n has a single link
+                continue
             dec = [r.copy() for r in sol.rounds]
             dec[t].uplink_bs = dec[t].uplink_bs.copy()
             dec[t].uplink_bs[n] = alt
@@ -316,12 +319,13 @@ def all_binary_choices(inst: Instance):
     """Every (aggregator, uplink, downlink) choice of every round: the brute-force reference on
     tiny instances. Yields lists of round decisions (continuous parts from the reference)."""
     ref = system.reference_solution(inst)
+    links = inst.ue_links()  # present UE-BS links only
     per_round = []
     for t in range(inst.T):
         opts = []
         for s in range(inst.S):
-            for up in itertools.product(range(inst.B), repeat=inst.N):
-                for down in itertools.product(range(inst.B), repeat=inst.N):
+            for up in itertools.product(*links):
+                for down in itertools.product(*links):
                     r = ref.rounds[t].copy()
                     r.aggregator, r.uplink_bs, r.downlink_bs = s, np.array(up), np.array(down)
                     opts.append(r)
@@ -333,7 +337,7 @@ def all_binary_choices(inst: Instance):
 def exhaustive(inst: Instance, *, bound: str = "corollary", weights=None,
                max_choices: int = 5000) -> tuple[float, Solution | None, int]:
     """Best Ipopt objective over all binary choices (brute force; tiny instances only)."""
-    count = ((inst.S * inst.B ** (2 * inst.N)) ** inst.T)
+    count = (inst.S * math.prod(len(bs) for bs in inst.ue_links()) ** 2) ** inst.T
     if count > max_choices:
         raise ValueError(f"exhaustive enumeration would need {count} Ipopt solves (> {max_choices})")
     nlp = FixedNLP(inst, bound=bound, weights=weights)

@@ -23,6 +23,7 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
     cur = Solution(rounds=[r.copy() for r in sol.rounds], method=sol.method, status=sol.status)
     best = system.evaluate(inst, cur, bound=bound, weights=weights).objective
     moves = 0
+    links = inst.ue_links()  # candidates: present UE-BS links only
     for _pass in range(max_passes):
         changed = False
         for t in range(inst.T):
@@ -31,7 +32,7 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
                 for field in ("uplink_bs", "downlink_bs"):
                     arr = getattr(r, field)
                     keep = int(arr[n])
-                    for b in range(inst.B):
+                    for b in links[n]:
                         if b == keep:
                             continue
                         arr[n] = b
