@@ -10,8 +10,9 @@ nodes of one rank are copied in memory. No rank talks to a rank it shares no gra
 
 Layout. Every rank builds the same relay plans (deterministic) and keeps full-length entry
 arrays; only the entries of its own nodes are meaningful. `broadcast` returns an entry array
-whose local entries hold their quantity's root value (others NaN); `reduce` returns the (Q,)
-sums (or maxima) at the roots this rank owns (others NaN). The message layout of a level is
+in which every entry of a quantity that reaches one of this rank's nodes holds the root value
+(the value is the same at every entry of a quantity), the others NaN; `reduce` returns the
+(Q,) sums (or maxima) at the roots this rank owns (others NaN). The message layout of a level is
 implied by the plan (same order on both sides), so only payload floats travel.
 
 Accounting. Each rank charges the messages its own nodes send, exactly as `LocalComm` does;
@@ -217,7 +218,10 @@ class MpiComm(Comm):
             got = self._alltoallv([vals[pe[ix]] for ix in down], [ix.size for ix in up])
             for ix, buf in zip(up, got):
                 vals[ce[ix]] = buf
-        return vals
+        known = np.full(plan.n_quantities, np.nan)
+        mine = self.is_local[plan.entry_node]
+        known[plan.entry_q[mine]] = vals[mine]
+        return known[plan.entry_q]
 
     def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
         """(Q,) sums (op='sum') or maxima (op='max') over each quantity's tree, at the roots
