@@ -1,7 +1,8 @@
 """Scale sweep of issue 11 (item 5): from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20.
 
     python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
-                                     [--reach 5] [--ranks 1,2] [--timeout 900] [--no-central]
+                                     [--reach 5] [--ranks 1,2] [--timeout 900]
+                                     [--measures floor,dec,cpd,ipopt]
 
 Per size (T = 2; every link at the paper size and below, `--reach 5` beyond it), each
 measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) is its own:
@@ -208,12 +209,14 @@ def measure(args) -> pd.DataFrame:
         if rc != 0:
             continue
         base.update({k: gen[k] for k in ("vars_block", "vars_compact", "links")})
-        rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
-        record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
+        if "floor" in args.measures:
+            rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
+            record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
         methods = [("dec", "decentralized", r) for r in args.ranks]
-        if not args.no_central:
-            methods += [("cpd", "centralized-pd", 1), ("ipopt", "greedy-rate", 1)]
+        methods += [("cpd", "centralized-pd", 1), ("ipopt", "greedy-rate", 1)]
         for kind, method, ranks in methods:
+            if kind not in args.measures:
+                continue
             sol = path.with_name(path.stem + f"-{kind}-{ranks}.json")
             cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method,
                    "--out", str(sol)]
@@ -272,7 +275,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
     ap.add_argument("--cpd-outer", type=int, default=5,
                     help="outer iterations of centralized-pd (its per-inner time is what counts)")
-    ap.add_argument("--no-central", action="store_true", help="skip centralized-pd and Ipopt")
+    ap.add_argument("--measures", default="floor,dec,cpd,ipopt",
+                    help="which measurements after `gen` (default: floor,dec,cpd,ipopt)")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "JOB"), help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker:
@@ -281,6 +285,7 @@ def main(argv=None) -> int:
         return 0
     args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     args.ranks = [int(x) for x in str(args.ranks).split(",")]
+    args.measures = set(args.measures.split(","))
     df = measure(args)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
