@@ -12,7 +12,7 @@ from .base import SolutionStatus, TerminationCondition, methods, solve
 # exit codes of `cefl-opt solve`
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_NO_SOLUTION = 0, 2, 3, 4
 METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no-offload",
-                "decentralized", "centralized-pd")
+                "decentralized", "decentralized-polish", "centralized-pd")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap", type=float, default=1e-6, help="relative gap for SCIP")
     p.add_argument("--threads", type=int, default=1, help="SCIP threads")
     p.add_argument("--starts", type=int, default=1, help="ipopt-enum: sweep starts")
-    p.add_argument("--consensus-rounds", type=int, default=None, help="J for decentralized")
+    p.add_argument("--consensus-rounds", type=int, default=None,
+                   help="decentralized: exchange rounds per message collective; 0 (default) = "
+                        "as many as the relay depth (exact aggregation)")
     p.add_argument("--max-outer", type=int, default=None, help="outer SCA iterations")
     p.add_argument("--trace", default=None, help="CSV trace per outer iteration")
     p.add_argument("--constants", choices=("tuned", "paper"), default="tuned",
@@ -54,7 +56,7 @@ def run_solve(args: argparse.Namespace) -> int:
         opts.update(gap=args.gap, threads=args.threads)
     if args.method == "ipopt-enum":
         opts["starts"] = args.starts
-    if args.method in ("decentralized", "centralized-pd"):
+    if args.method in ("decentralized", "decentralized-polish", "centralized-pd"):
         opts["constants"] = args.constants
         for k in ("consensus_rounds", "max_outer"):
             if getattr(args, k) is not None:

@@ -305,41 +305,45 @@ class Comm:
 
     # ---------------------------------------------------------------- collectives
     def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        """Entry-indexed array with every entry set to its quantity's root value."""
+        """Entry-indexed array with every entry set to its quantity's root value (a second
+        axis, if any, travels in the same messages)."""
         return self._broadcast_rounds(plan, root_values)
 
-    def reduce(self, plan: RelayPlan, entry_values: np.ndarray) -> np.ndarray:
-        """(Q,) sums of `entry_values` over each quantity's tree, delivered at the root."""
-        return self._reduce_rounds(plan, entry_values)
+    def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
+        """(Q,) sums (op="sum") or maxima (op="max") of `entry_values` over each quantity's
+        tree, delivered at the root. Arrays may have a second axis (several values per entry,
+        sent in the same messages)."""
+        return self._reduce_rounds(plan, entry_values, op)
 
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        vals = np.zeros(len(plan.entry_q))
-        vals[plan.root_entry] = np.asarray(root_values, float)
+        rv = np.asarray(root_values, float)
+        vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])
+        vals[plan.root_entry] = rv
         for pe, ce in plan.levels:
+            pairs, sels = _edge_pairs(plan.entry_node[pe], plan.entry_node[ce])
             out: dict[int, dict[int, np.ndarray]] = {}
-            src, dst = plan.entry_node[pe], plan.entry_node[ce]
-            for a, b in sorted(set(zip(src.tolist(), dst.tolist()))):
-                sel = (src == a) & (dst == b)
-                out.setdefault(a, {})[b] = vals[pe[sel]]
+            for (a, b), sel in zip(pairs, sels):
+                out.setdefault(a, {})[b] = vals[pe[sel]].ravel()
             inbox = self.exchange(out)
-            for a, b in sorted(set(zip(src.tolist(), dst.tolist()))):
-                sel = (src == a) & (dst == b)
-                vals[ce[sel]] = inbox[b][a]
+            for (a, b), sel in zip(pairs, sels):
+                vals[ce[sel]] = inbox[b][a].reshape(vals[ce[sel]].shape)
         return vals
 
-    def _reduce_rounds(self, plan: RelayPlan, entry_values: np.ndarray) -> np.ndarray:
+    def _reduce_rounds(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum"
+                       ) -> np.ndarray:
         part = np.asarray(entry_values, float).copy()
         for pe, ce in reversed(plan.levels):
+            pairs, sels = _edge_pairs(plan.entry_node[ce], plan.entry_node[pe])  # child -> parent
             out: dict[int, dict[int, np.ndarray]] = {}
-            src, dst = plan.entry_node[ce], plan.entry_node[pe]     # child -> parent
-            pairs = sorted(set(zip(src.tolist(), dst.tolist())))
-            for a, b in pairs:
-                sel = (src == a) & (dst == b)
-                out.setdefault(a, {})[b] = part[ce[sel]]
+            for (a, b), sel in zip(pairs, sels):
+                out.setdefault(a, {})[b] = part[ce[sel]].ravel()
             inbox = self.exchange(out)
-            for a, b in pairs:
-                sel = (src == a) & (dst == b)
-                np.add.at(part, pe[sel], inbox[b][a])
+            for (a, b), sel in zip(pairs, sels):
+                got = inbox[b][a].reshape(part[ce[sel]].shape)
+                if op == "sum":
+                    np.add.at(part, pe[sel], got)
+                else:
+                    np.maximum.at(part, pe[sel], got)
         return part[plan.root_entry]
 
     # ---------------------------------------------------------------- accounting
@@ -368,11 +372,30 @@ class LocalComm(Comm):
         return inbox
 
     def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        self.msgs += plan.down_msgs
-        self.bytes += plan.down_bytes
-        return np.asarray(root_values, float)[plan.entry_q]
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        return rv[plan.entry_q]
 
-    def reduce(self, plan: RelayPlan, entry_values: np.ndarray) -> np.ndarray:
-        self.msgs += plan.up_msgs
-        self.bytes += plan.up_bytes
-        return np.bincount(plan.entry_q, weights=entry_values, minlength=plan.n_quantities)
+    def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
+        ev = np.asarray(entry_values, float)
+        self._charge(plan.up_msgs, plan.up_bytes, ev)
+        if op == "max":
+            out = np.full((plan.n_quantities,) + ev.shape[1:], -np.inf)
+            np.maximum.at(out, plan.entry_q, ev)
+            return out
+        if ev.ndim == 1:
+            return np.bincount(plan.entry_q, weights=ev, minlength=plan.n_quantities)
+        m = ev.shape[1]
+        flat = (plan.entry_q[:, None] * m + np.arange(m)[None, :]).ravel()
+        return np.bincount(flat, weights=ev.ravel(),
+                           minlength=plan.n_quantities * m).reshape(plan.n_quantities, m)
+
+    def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
+        self.msgs += msgs
+        self.bytes += nbytes * (int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
+
+
+def _edge_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """Distinct (src, dst) node pairs in increasing order and the entry mask of each."""
+    pairs = sorted(set(zip(src.tolist(), dst.tolist())))
+    return pairs, [(src == a) & (dst == b) for a, b in pairs]
