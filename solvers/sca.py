@@ -273,7 +273,7 @@ class DecStructure:
     def decisions(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """Indicator values {'Is': [T,S], 'Inb': [T,N,B], 'Ibn': [T,N,B]} (shared variables)."""
         x = self.x_of(u)
-        return {k: x[self.idx[k]] for k in ("Is", "Inb", "Ibn")}
+        return {k: take(x, self.idx[k], -np.inf) for k in ("Is", "Inb", "Ibn")}
 
     def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed") -> Solution:
         """The shared variables as a Solution; indicators rounded to the largest entry."""
@@ -284,7 +284,7 @@ class DecStructure:
         rounds = []
         for t in range(inst.T):
             rounds.append(RoundDecision(
-                rho_nb=x[ix["rho_nb"][t]].copy(), rho_bs=x[ix["rho_bs"][t]].copy(),
+                rho_nb=take(x, ix["rho_nb"][t], 0.0), rho_bs=x[ix["rho_bs"][t]].copy(),
                 f=x[ix["f"][t]] * GHZ, z=x[ix["z"][t]] * inst.C,
                 gamma_ue=x[ix["gamma_ue"][t]].copy(), gamma_dc=x[ix["gamma_dc"][t]].copy(),
                 m_ue=x[ix["m_ue"][t]].copy(), m_dc=x[ix["m_dc"][t]].copy(),
@@ -319,13 +319,15 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     blocks = node_blocks(m)
     names = list(blocks)
     if relax_init:
-        for blk in blocks.values():
+        n_links = [len(bs) for bs in inst.ue_links()]  # UE n's BSs (Instance.links)
+        for name, blk in blocks.items():
             for v in blk.Is.values():
                 v.set_value(1.0 / inst.S, skip_validation=True)
             for comp in ("Inb", "Ibn"):
                 if hasattr(blk, comp):
-                    for v in getattr(blk, comp).values():
-                        v.set_value((1.0 - assoc_bias) / inst.B + assoc_bias * float(v.value),
+                    for key, v in getattr(blk, comp).items():
+                        n = blk.index() if name.startswith("ue") else key[1]
+                        v.set_value((1.0 - assoc_bias) / n_links[n] + assoc_bias * float(v.value),
                                     skip_validation=True)
     # ---- every node's variables (its own and its copies)
     variables, node_of = [], []
@@ -469,16 +471,26 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     return st
 
 
+def take(x: np.ndarray, index: np.ndarray, fill: float) -> np.ndarray:
+    """x[index] with `fill` where index is -1 (an absent UE-BS link, `Instance.links`)."""
+    return np.where(index >= 0, x[np.maximum(index, 0)], fill)
+
+
 def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
     """Shared-variable indices of every field of a RoundDecision (per round) and of the
     indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B])."""
     inst = m._inst
     T, N, B, S = inst.T, inst.N, inst.B, inst.S
     ix = lambda v: comp_of_var[id(v)]  # noqa: E731
+    on = inst.link_mask  # absent UE-BS links have no variable: index -1 (`take`)
+
+    def link(var, t, n, b):
+        return ix(var[t, b]) if on[n, b] else -1
     out: dict[str, Any] = {k: [] for k in ("rho_nb", "rho_bs", "f", "z", "gamma_ue", "gamma_dc",
                                            "m_ue", "m_dc", "R_bs")}
     for t in range(T):
-        out["rho_nb"].append(np.array([[ix(m.ue[n].rho[t, b]) for b in range(B)] for n in range(N)]))
+        out["rho_nb"].append(np.array([[link(m.ue[n].rho, t, n, b) for b in range(B)]
+                                       for n in range(N)]))
         out["rho_bs"].append(np.array([[ix(m.bs[b].rho_bs[t, s]) for s in range(S)] for b in range(B)]))
         out["f"].append(np.array([ix(m.ue[n].f[t]) for n in range(N)]))
         out["z"].append(np.array([ix(m.dc[s].z[t]) for s in range(S)]))
@@ -488,9 +500,9 @@ def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
         out["m_dc"].append(np.array([ix(m.dc[s].m[t]) for s in range(S)]))
         out["R_bs"].append(np.array([[ix(m.bs[b].R[t, s]) for s in range(S)] for b in range(B)]))
     out["Is"] = np.array([[ix(m.dc[0].Is[t, s]) for s in range(S)] for t in range(T)])
-    out["Inb"] = np.array([[[ix(m.ue[n].Inb[t, b]) for b in range(B)] for n in range(N)]
+    out["Inb"] = np.array([[[link(m.ue[n].Inb, t, n, b) for b in range(B)] for n in range(N)]
                            for t in range(T)])
-    out["Ibn"] = np.array([[[ix(m.ue[n].Ibn[t, b]) for b in range(B)] for n in range(N)]
+    out["Ibn"] = np.array([[[link(m.ue[n].Ibn, t, n, b) for b in range(B)] for n in range(N)]
                            for t in range(T)])
     return out
 

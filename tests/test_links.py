@@ -285,3 +285,18 @@ def test_load_solution_on_absent_links_round_trips(rand_sol):
     sol = rand_sol(inst, np.random.default_rng(2))
     load_solution(m, sol)
     assert pyo.value(m.obj) == pytest.approx(evaluate(inst, sol).objective, rel=1e-9)
+
+
+@pytest.mark.parametrize("method", ["decentralized", "centralized-pd"])
+def test_decentralised_methods_honour_absent_links(method):
+    """The per-node solver builds on the link-indexed model: its binary solution associates
+    and offloads over present links only (evaluate checks both) and is feasible."""
+    from cefl_opt.solvers import base
+    inst = make_instance("small", reach=1, seed=6)
+    res = base.solve(inst, method, max_outer=30)
+    ev = evaluate(inst, res.solution)
+    assert ev.feasible, ev.violations
+    on = inst.link_mask
+    for r in res.solution.rounds:
+        assert on[np.arange(inst.N), r.uplink_bs].all() and on[np.arange(inst.N), r.downlink_bs].all()
+        assert np.all(r.rho_nb[~on] == 0)
