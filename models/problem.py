@@ -18,6 +18,9 @@ Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[
 on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
 bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
+UE-BS links (`Instance.links`): rho_nb, I_nb, I_bn, every copy of them and every row over them
+are indexed by the present links only (`m._links`); an absent link has no variable at all.
+
 Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
 in s, energies in J. `cefl_opt.system` is the numpy twin of every expression here.
 
