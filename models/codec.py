@@ -34,7 +34,7 @@ KS = 1e3     # lifted data volumes of the compact form: thousands of samples
 # model -> Solution as a function of the instance)
 _Fn = Callable[[Any, int], Any]
 OWNER_FIELDS: dict[str, tuple[_Fn, Callable[[Instance], Any]]] = {
-    "rho_nb": (lambda m, t: [[m.ue[n].rho[t, b] for b in m.B] for n in m.N], lambda i: 1.0),
+    "rho_nb": (lambda m, t: _per_link(m, lambda n, b: m.ue[n].rho[t, b]), lambda i: 1.0),
     "rho_bs": (lambda m, t: [[m.bs[b].rho_bs[t, s] for s in m.S] for b in m.B], lambda i: 1.0),
     "f": (lambda m, t: [m.ue[n].f[t] for n in m.N], lambda i: GHZ),
     "z": (lambda m, t: [m.dc[s].z[t] for s in m.S], lambda i: np.asarray(i.C, float)),
@@ -47,18 +47,34 @@ OWNER_FIELDS: dict[str, tuple[_Fn, Callable[[Instance], Any]]] = {
 # indicators: owners' copies, I_s [S] on dc[0], I_nb [N,B] and I_bn [N,B] on ue[n]
 INDICATORS: dict[str, _Fn] = {
     "Is": lambda m, t: [m.dc[0].Is[t, s] for s in m.S],
-    "Inb": lambda m, t: [[m.ue[n].Inb[t, b] for b in m.B] for n in m.N],
-    "Ibn": lambda m, t: [[m.ue[n].Ibn[t, b] for b in m.B] for n in m.N],
+    "Inb": lambda m, t: _per_link(m, lambda n, b: m.ue[n].Inb[t, b]),
+    "Ibn": lambda m, t: _per_link(m, lambda n, b: m.ue[n].Ibn[t, b]),
 }
+# the value an absent UE-BS link (`Instance.links`: no variable) reads as: no offloading, and an
+# indicator below every present one (so that the largest entry is always a present link)
+ABSENT = {"rho_nb": 0.0, "Inb": -1.0, "Ibn": -1.0}
+
+
+def _per_link(m, var) -> list:
+    """[[var(n, b) for b in B] for n in N] with None where the link n-b is absent."""
+    Lu = m._links[0]
+    return [[var(n, b) if b in Lu[n] else None for b in m.B] for n in m.N]
 
 
 def _flat(nested: list) -> list:
     return [v for row in nested for v in row] if isinstance(nested[0], list) else list(nested)
 
 
-def _map(fn: Callable[[Any], Any], nested) -> np.ndarray:
-    return np.array([[fn(v) for v in row] for row in nested] if nested and isinstance(
-        nested[0], list) else [fn(v) for v in nested])
+def _map(fn: Callable[[Any], Any], nested, absent: float = np.nan) -> np.ndarray:
+    """fn over a nested list of variables; None (an absent link) gives `absent`."""
+    f = lambda v: absent if v is None else fn(v)  # noqa: E731
+    return np.array([[f(v) for v in row] for row in nested] if nested and isinstance(
+        nested[0], list) else [f(v) for v in nested])
+
+
+def take(x: np.ndarray, index: np.ndarray, fill: float) -> np.ndarray:
+    """x[index], with `fill` where index is -1 (an absent link)."""
+    return np.where(index >= 0, x[np.maximum(index, 0)], fill)
 
 
 def rounds_from_values(inst: Instance, fields: Callable[[str, int], np.ndarray],
@@ -86,8 +102,9 @@ def extract_solution(m, *, method: str = "model", status: str = "unknown",
     import pyomo.environ as pyo
     inst: Instance = m._inst
     rounds = rounds_from_values(
-        inst, lambda k, t: _map(pyo.value, OWNER_FIELDS[k][0](m, t)),
-        lambda k, t: _map(pyo.value, INDICATORS[k](m, t)), associations=associations)
+        inst, lambda k, t: _map(pyo.value, OWNER_FIELDS[k][0](m, t), ABSENT.get(k, np.nan)),
+        lambda k, t: _map(pyo.value, INDICATORS[k](m, t), ABSENT[k] if k in ABSENT else np.nan),
+        associations=associations)
     return Solution(rounds=rounds, method=method, status=status)
 
 
@@ -105,19 +122,21 @@ class VariableIndex:
         """`position`: id(VarData) -> index, or the sequence of the vector's variables."""
         if not isinstance(position, Mapping):
             position = {id(v): i for i, v in enumerate(position)}
-        ix = lambda v: position[id(v)]  # noqa: E731
+        ix = lambda v: position[id(v)]  # noqa: E731  (absent links: -1)
         T = range(len(m.T))
-        return cls(fields={k: [_map(ix, get(m, t)).astype(int) for t in T]
+        return cls(fields={k: [_map(ix, get(m, t), -1).astype(int) for t in T]
                            for k, (get, _f) in OWNER_FIELDS.items()},
-                   indicators={k: [_map(ix, get(m, t)).astype(int) for t in T]
+                   indicators={k: [_map(ix, get(m, t), -1).astype(int) for t in T]
                                for k, get in INDICATORS.items()})
 
     def decode(self, inst: Instance, x: np.ndarray, *, method: str, status: str = "unknown",
                associations: Callable | None = None) -> Solution:
         """The Solution held by the model-unit vector `x` (same rounding as `extract_solution`)."""
         x = np.asarray(x, float)
-        rounds = rounds_from_values(inst, lambda k, t: x[self.fields[k][t]],
-                                    lambda k, t: x[self.indicators[k][t]],
+        rounds = rounds_from_values(inst,
+                                    lambda k, t: take(x, self.fields[k][t], ABSENT.get(k, 0.0)),
+                                    lambda k, t: take(x, self.indicators[k][t], ABSENT[k]
+                                                       if k in ABSENT else 0.0),
                                     associations=associations)
         return Solution(rounds=rounds, method=method, status=status)
 
@@ -138,10 +157,12 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
         for k, (get, factor) in OWNER_FIELDS.items():  # the owners' copies
             vals = np.asarray(getattr(r, k), float) / factor(inst)
             for var, v in zip(_flat(get(m, t)), np.ravel(vals)):
-                put(var, v)
+                if var is not None:  # None: an absent link
+                    put(var, v)
         for k, get in INDICATORS.items():
             for var, v in zip(_flat(get(m, t)), np.ravel(_indicator_values(r, k, inst))):
-                put(var, v)
+                if var is not None:
+                    put(var, v)
         _load_copies(m, inst, t, r, rt)
         gam.append(np.concatenate([r.gamma_ue, r.gamma_dc]))
         ms.append(np.concatenate([r.m_ue, r.m_dc]))
@@ -169,6 +190,7 @@ def _load_copies(m, inst: Instance, t: int, r: RoundDecision, rt: dict) -> None:
         var.set_value(float(value), skip_validation=True)
 
     Ibn, Is = _indicator_values(r, "Ibn", inst), _indicator_values(r, "Is", inst)
+    _Lu, Lb, pairs, _pairs_bn = m._links  # present UE-BS links only
     for n in m.N:
         u = m.ue[n]
         put(u.dA[t], rt["dA"])
@@ -179,7 +201,7 @@ def _load_copies(m, inst: Instance, t: int, r: RoundDecision, rt: dict) -> None:
         put(bb.dA[t], rt["dA"])
         put(bb.dR[t], rt["dR"])
         put(bb.dB[t], rt["dB_b"][b])
-        for n in m.N:
+        for n in Lb[b]:
             put(bb.rho_nb[t, n], r.rho_nb[n, b])
             put(bb.Ibn[t, n], Ibn[n, b])
         if not m._copies:  # lifted variables of the compact form
@@ -197,8 +219,8 @@ def _load_copies(m, inst: Instance, t: int, r: RoundDecision, rt: dict) -> None:
         for b in m.B:
             put(d.rho_bs[t, b], r.rho_bs[b, s])
             put(d.R[t, b], r.R_bs[b, s] / GBIT)
-            for n in m.N:
-                put(d.rho_nb[t, n, b], r.rho_nb[n, b])
+        for n, b in pairs:
+            put(d.rho_nb[t, n, b], r.rho_nb[n, b])
     for blk in list(m.ue.values()) + list(m.bs.values()) + list(m.dc.values()):
         for s in m.S:
             put(blk.Is[t, s], Is[s])
