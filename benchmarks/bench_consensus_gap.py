@@ -1,19 +1,17 @@
 """Centralised vs decentralised primal-dual over the outer iterations (paper Fig.
 `consensus_gap_plot`, §VI): the paper's network (|N| = 20, |B| = 10, |S| = 5), the model
-objective J(w^l) of Algorithm 1's iterates for centralized-pd (exact global dual updates) and for
-the decentralised solver with J in {10, 50, 70} consensus rounds.
+objective J(w^l) of Algorithm 1's iterates for centralized-pd (global arrays, exact updates) and
+for the decentralised solver. The decentralised collectives aggregate exactly in a finite number
+of relayed rounds (`solvers/dec_comm.py`), so the gap the paper plots against J is zero here up
+to rounding; this benchmark shows it, with the violation per outer iteration.
 
-    python -m benchmarks.bench_consensus_gap [--quick] [--seed 0] [--max-outer 60]
-                                             [--rounds-list 10,50,70] [--polish]
+    python -m benchmarks.bench_consensus_gap [--quick] [--seed 0] [--max-outer N]
 
 Writes results/bench/consensus_gap.csv (one row per run and outer iteration: the trace columns
 of `solvers.decentralized`), results/bench/consensus_gap_summary.csv (per run: mean and final
-relative gap of J(w^l) to centralized-pd, final dual disagreement, wall time, objective of the
-rounded point and, with --polish, of the polished binary solution) and
-results/bench/consensus_gap.png (model objective, objective of P at the rounded iterate, and
-relative gap over the iterations).
---quick: the reduced network of `benchmarks.common.QUICK_NET` (10 UEs, 6 BSs, 3 DCs), 3 rounds,
-20 outer iterations (about a minute).
+relative gap of J(w^l) to centralized-pd, wall time, objective, stop reason) and
+results/bench/consensus_gap.png. --quick: the reduced network of `benchmarks.common.QUICK_NET`
+(10 UEs, 6 BSs, 3 DCs), 3 rounds.
 
 One BLAS thread (OPENBLAS_NUM_THREADS=1, set before numpy loads): stable timings on the shared
 2-core machine.
@@ -43,23 +41,20 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     else:
         inst = make_instance("paper", seed=args.seed)
     st = build_structure(inst, relax_init=True)
-    runs = [("centralized-pd", None)] + [("decentralized", int(J)) for J in args.rounds_list]
+    runs = [("centralized-pd", None), ("decentralized", 0)]
     traces, summ = [], []
     for method, J in runs:
         label = method if J is None else f"J={J}"
         t0 = time.perf_counter()
         sol, info = solve_decentralized(inst, method=method, consensus_rounds=J or 0,
-                                        max_outer=args.max_outer, polish=args.polish,
-                                        progress=True, structure=st)
+                                        max_outer=args.max_outer, structure=st)
         wall = time.perf_counter() - t0
         for r in info["trace"]:
             traces.append({"run": label, "method": method, "J": J, **r})
         summ.append({"run": label, "method": method, "J": J, "wall_s": wall,
                      "sca_s": info["sca_s"], "outer_iterations": info["outer_iterations"],
-                     "objective_rounded": info["objective_rounded"],
-                     "objective": sol.objective if args.polish else np.nan,
+                     "objective": sol.objective, "stop_reason": info["stop_reason"],
                      "aggregators": " ".join(map(str, info["aggregators_final"])),
-                     "final_dual_disagreement": info["final_dual_disagreement"],
                      "final_max_violation": info["final_max_violation"]})
     tr = pd.DataFrame(traces)
     sm = pd.DataFrame(summ)
@@ -84,7 +79,7 @@ def figure(tr: pd.DataFrame, path, title: str) -> None:
     for label, g in tr.groupby("run", sort=False):
         style = {"lw": 2.2, "color": "k"} if label == "centralized-pd" else {"lw": 1.4}
         a1.plot(g.outer, g.obj_model, label=label, **style)
-        a3.plot(g.outer, g.obj_rounded, label=label, **style)
+        a3.semilogy(g.outer, g.max_violation.clip(lower=1e-12), label=label, **style)
         if label != "centralized-pd":
             d = g.set_index("outer")["obj_model"]
             idx = d.index.intersection(cent.index)
@@ -95,8 +90,8 @@ def figure(tr: pd.DataFrame, path, title: str) -> None:
     a1.set_title(title)
     a1.legend()
     a3.set_xlabel("outer iteration l")
-    a3.set_ylabel("objective of P at the rounded w^l")
-    a3.set_title("indicators rounded, no polish")
+    a3.set_ylabel("scaled violation at w^l")
+    a3.set_title("violation of the coupling rows")
     a3.legend()
     a2.set_xlabel("outer iteration l")
     a2.set_ylabel("|J_dec - J_cent| / J_cent")
@@ -107,13 +102,8 @@ def figure(tr: pd.DataFrame, path, title: str) -> None:
 
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
-    ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 20)")
-    ap.add_argument("--rounds-list", default="10,50,70", help="consensus rounds J to compare")
-    ap.add_argument("--polish", action="store_true", help="also polish each final point (Ipopt)")
+    ap.add_argument("--max-outer", type=int, default=None, help="outer iterations per phase")
     args = ap.parse_args(argv)
-    args.rounds_list = [int(x) for x in args.rounds_list.split(",") if x]
-    if args.max_outer is None:
-        args.max_outer = 20 if args.quick else 60
     common.quiet()
     t0 = time.perf_counter()
     out = common.out_dir(args)
@@ -123,12 +113,8 @@ def main(argv=None) -> int:
     f3 = out / "consensus_gap.png"
     figure(tr, f3, f"centralized vs decentralized ({sm.instance.iloc[0]})")
     common.print_table(sm, "consensus gap", ["run", "mean_rel_gap_to_centralized",
-                                            "final_rel_gap_to_centralized",
-                                            "final_dual_disagreement", "objective_rounded",
+                                            "final_rel_gap_to_centralized", "stop_reason",
                                             "objective", "wall_s"])
-    g = sm[sm.method == "decentralized"].sort_values("J")
-    mono = bool(np.all(np.diff(g.mean_rel_gap_to_centralized.values) < 0))
-    print(f"mean gap decreases with J: {mono}")
     common.footer("bench_consensus_gap", t0, [f1, f2, f3])
     return 0
 

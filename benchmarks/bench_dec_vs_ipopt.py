@@ -3,20 +3,18 @@ against the centralised `ipopt-enum` (Ipopt per aggregator choice, coordinate sw
 paper network (20 UEs, 10 BSs, 5 DCs) and on 100 UEs / 20 BSs / 10 DCs, with their ratio.
 
     python -m benchmarks.bench_dec_vs_ipopt [--quick] [--seed 0] [--sizes 20x10x5x5,100x20x10x2]
-        [--rounds 5] [--max-outer 60] [--inner-iters 200] [--consensus-rounds 30]
-        [--ipopt-time 600]
+        [--rounds 5] [--max-outer N] [--ipopt-time 600] [--no-ipopt]
 
 Writes results/bench/dec_vs_ipopt.csv (per size and method: wall time, the phases of the
 decentralised run, objective of P, aggregators; per size the ratio t_decentralized /
 t_ipopt-enum) and results/bench/dec_vs_ipopt.png.
 
 Reading the numbers. The decentralised wall time is that of a sequential simulation of all V
-network nodes; its dominant cost is the consensus on the duals (every node mixes its copy of all
-duals: a V x V by V x K product per inner iteration). `per_node_s` = the SCA time / V is the
-share of one node if the nodes ran in parallel (a rough lower bound of a deployment's time; it
-ignores message latency). The polish (one Ipopt solve with the binaries fixed) is centralised and
-reported separately. --quick: `small` and the reduced 10x6x3 network, 2 rounds, 15 outer
-iterations (about two minutes).
+network nodes in one process (`--method decentralized`: node-local steps and neighbour messages,
+no central step), model and per-node NLP build included (`build_s`). `per_node_s` = the SCA
+time / V is the share of one node if the nodes ran in parallel (it ignores message latency).
+--quick: `small` and the reduced 10x6x3 network, 2 rounds. --no-ipopt: the decentralised row
+only.
 
 One BLAS thread (set before numpy loads): stable timings on the shared 2-core machine.
 """
@@ -60,25 +58,27 @@ def run(args) -> pd.DataFrame:
                                  rounds=T or args.rounds)
         base = {"size": spec, "instance": inst.name, "N": inst.N, "B": inst.B, "S": inst.S,
                 "T": inst.T}
-        consts = {"inner_iters": args.inner_iters}
         t0 = time.perf_counter()
-        sol, info = solve_decentralized(inst, method="decentralized",
-                                        consensus_rounds=args.consensus_rounds,
-                                        max_outer=args.max_outer, constants=consts,
-                                        progress=True)
+        sol, info = solve_decentralized(inst, method="decentralized", max_outer=args.max_outer)
         t_dec = time.perf_counter() - t0
         ev = system.evaluate(inst, sol)
         rows.append({**base, "method": "decentralized", "wall_s": t_dec,
                      "build_s": info["build_s"], "sca_s": info["sca_s"],
-                     "polish_s": info.get("polish_s", 0.0),
                      "per_node_s": info["sca_s"] / info["n_nodes"],
                      "objective": ev.objective, "feasible": ev.feasible,
-                     "objective_rounded": info["objective_rounded"],
+                     "stop_reason": info["stop_reason"],
                      "aggregators": " ".join(map(str, info["aggregators_final"])),
-                     "n_variables": info["n_variables"],
-                     "n_duals": info["n_coupling"] + info["n_consensus"],
+                     "n_shared_variables": info["n_shared_variables"],
+                     "n_duals": info["n_coupling"],
                      "n_nodes": info["n_nodes"], "outer_iterations": info["outer_iterations"],
-                     "inner_iterations": info["inner_iterations"]})
+                     "inner_iterations": info["inner_iterations"],
+                     "msgs_per_node_outer": info["messages"]["per_node_per_outer"]["count"]["mean"],
+                     "bytes_per_node_outer": info["messages"]["per_node_per_outer"]["bytes"]["mean"]})
+        print(f"{spec}: decentralized {t_dec:.1f} s (build {info['build_s']:.1f} s, SCA "
+              f"{info['sca_s']:.1f} s), {info['stop_reason']}, objective {ev.objective:.6g}",
+              flush=True)
+        if not args.ipopt:
+            continue
         t0 = time.perf_counter()
         res = solve(inst, "ipopt-enum", time_limit=args.ipopt_time)
         t_ip = time.perf_counter() - t0
@@ -92,10 +92,8 @@ def run(args) -> pd.DataFrame:
         rows[-2]["ratio_dec_over_ipopt"] = t_dec / t_ip
         rows[-2]["objective_gap_vs_ipopt"] = (rows[-2]["objective"] / row["objective"] - 1.0
                                               if row.get("objective") else None)
-        print(f"{spec}: decentralized {t_dec:.1f} s (SCA {info['sca_s']:.1f} s, polish "
-              f"{info.get('polish_s', 0.0):.1f} s), ipopt-enum {t_ip:.1f} s, ratio "
-              f"{t_dec / t_ip:.3g}; objectives {rows[-2]['objective']:.6g} vs "
-              f"{row.get('objective')}", flush=True)
+        print(f"{spec}: ipopt-enum {t_ip:.1f} s, ratio {t_dec / t_ip:.3g}; objectives "
+              f"{rows[-2]['objective']:.6g} vs {row.get('objective')}", flush=True)
     return pd.DataFrame(rows)
 
 
@@ -107,16 +105,19 @@ def figure(df: pd.DataFrame, path) -> None:
     dec = df[df.method == "decentralized"].set_index("size").reindex(sizes)
     ip = df[df.method == "ipopt-enum"].set_index("size").reindex(sizes)
     w = 0.38
-    a1.bar([i - w / 2 for i in x], dec.sca_s, w, label="decentralized: SCA (simulated)")
-    a1.bar([i - w / 2 for i in x], dec.polish_s, w, bottom=dec.sca_s, label="decentralized: polish")
-    a1.bar([i + w / 2 for i in x], ip.wall_s, w, label="ipopt-enum")
+    a1.bar([i - w / 2 for i in x], dec.build_s, w, label="decentralized: build")
+    a1.bar([i - w / 2 for i in x], dec.sca_s, w, bottom=dec.build_s,
+           label="decentralized: SCA (simulated)")
+    if len(ip):
+        a1.bar([i + w / 2 for i in x], ip.wall_s, w, label="ipopt-enum")
     a1.set_xticks(list(x), sizes)
     a1.set_yscale("log")
     a1.set_ylim(bottom=1.0)
     a1.set_ylabel("wall time (s)")
     a1.legend(fontsize=8)
     a2.bar([i - w / 2 for i in x], dec.objective, w, label="decentralized")
-    a2.bar([i + w / 2 for i in x], ip.objective, w, label="ipopt-enum")
+    if len(ip):
+        a2.bar([i + w / 2 for i in x], ip.objective, w, label="ipopt-enum")
     a2.set_xticks(list(x), sizes)
     a2.set_ylabel("objective of P")
     a2.legend(fontsize=8)
@@ -129,9 +130,9 @@ def main(argv=None) -> int:
                     help="UESxBSSxDCS[xROUNDS] list (default 20x10x5x5,100x20x10x2)")
     ap.add_argument("--rounds", type=int, default=None,
                     help="rounds T where a size gives none (5; quick 2)")
-    ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 15)")
-    ap.add_argument("--inner-iters", type=int, default=200)
-    ap.add_argument("--consensus-rounds", type=int, default=30)
+    ap.add_argument("--max-outer", type=int, default=None, help="outer iterations per SCA phase")
+    ap.add_argument("--no-ipopt", dest="ipopt", action="store_false",
+                    help="decentralized only (no ipopt-enum)")
     ap.add_argument("--ipopt-time", type=float, default=600.0,
                     help="Ipopt time limit per solve (s)")
     args = ap.parse_args(argv)
@@ -140,8 +141,6 @@ def main(argv=None) -> int:
     args.sizes = [s for s in args.sizes.split(",") if s]
     if args.rounds is None:
         args.rounds = 2 if args.quick else 5
-    if args.max_outer is None:
-        args.max_outer = 15 if args.quick else 60
     common.quiet()
     t0 = time.perf_counter()
     out = common.out_dir(args)
@@ -150,8 +149,9 @@ def main(argv=None) -> int:
     f2 = out / "dec_vs_ipopt.png"
     figure(df, f2)
     common.print_table(df, "decentralized vs ipopt-enum",
-                       [c for c in ("size", "T", "method", "wall_s", "sca_s", "polish_s", "per_node_s",
-                                    "objective", "ratio_dec_over_ipopt", "aggregators")
+                       [c for c in ("size", "T", "method", "wall_s", "build_s", "sca_s",
+                                    "per_node_s", "stop_reason", "objective",
+                                    "ratio_dec_over_ipopt", "aggregators")
                         if c in df])
     common.footer("bench_dec_vs_ipopt", t0, [f1, f2])
     return 0

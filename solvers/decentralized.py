@@ -1,265 +1,273 @@
 """User-facing entry of the paper's distributed orchestration solver (§V): `solve_decentralized`.
 
-    Alg. 1 (successive convex wrapper, `sca.run_sca`)
-      -> Alg. 2 (primal-dual on each surrogate, `primal_dual.PrimalDual`)
-         -> Alg. 3 (consensus on the duals over the communication graph, J rounds)
-    -> rounding of the indicators (argmax of the copies' average) + association repair (each
-       UE's uplink/downlink BS moved while the objective of P falls, `repair_associations`)
-    -> Ipopt polish of the continuous variables with the binaries fixed (cyipopt)
+Methods
+-------
+* `decentralized`: every step is node-local computation plus neighbour messages over the
+  instance's communication graph (`solvers/dec_comm.py`; `info["central_steps"] == []`):
+    1. relaxed phase: Alg. 1 (`sca.run_sca`) with indicators in [0, 1]; each surrogate solved
+       by the accelerated dual method of `primal_dual.InnerSolver`; the binary-forcing rows
+       enter as a growing concave penalty after `force_after` outer iterations, so the SCA ends
+       at binary indicators; it stops on its own tolerance.
+    2. rounding: every owner rounds its own indicators (argmax; already binary at a converged
+       relaxed phase): UE n its uplink/downlink BS, dc[0] the aggregator per round.
+    3. finishing phase: the same SCA with the indicators fixed, on the continuous variables,
+       until converged (warm-started duals).
+* `decentralized-polish`: phases 1-2, then the central association repair
+  (`repair.repair_associations`, evaluates P over the whole network) and the Ipopt polish with
+  the binaries fixed: `info["central_steps"] == ["association_repair", "ipopt_polish"]`.
+* `centralized-pd`: phases 1-3 with the same arithmetic on global arrays (exact global dual and
+  primal updates, no messages): `info["central_steps"] == ["global_primal_dual"]`.
 
-`method="decentralized"`: every node keeps its own copy of (Lambda, Omega), mixed with
-`consensus.mixing_matrix(inst.graph(), nodes, z)` for J rounds after the local dual step.
-`method="centralized-pd"`: the same iteration with exact global dual updates (the paper's
-"centralized solver" of Fig. centvsDec).
+What is sent to whom (per outer iteration of `decentralized`; `info["messages"]` counts it):
+  * inner iteration: the primary of every shared variable sends its step du to every node that
+    holds a copy or reads it (relay tree, 1 float per tree edge); those nodes send back, per
+    shared variable, the sums of y_k a_ki and y_k L_k over their rows (2 floats); every 10
+    inner iterations one max-reduce + broadcast over a spanning tree (1 float) for the stop test;
+  * linearisation: the same broadcast of the primal, a reduce of the gradient contributions
+    (1 float per entry), a reduce of the Hessian-diagonal contributions (1 float per entry), a
+    sum of the nodes' objective shares over the spanning tree;
+  * per surrogate: a reduce + broadcast for the dual step sizes (column sums of |a|);
+  * per outer iteration: max-reduces of the violation and forcing residual.
+No node evaluates P over the whole network: the objective shares and rows a node evaluates are
+those of its own block (dc[0], owner of the global variables, hosts the delay and ML terms).
+`info["objective"]` is the harness's check of the returned solution by `system.evaluate`
+(reporting only; the method does not use it).
 
-Initial point w^0 (`init`):
-* "relaxed" (default): the reference orchestration (`system.reference_solution`: no offloading,
-  mid-range f, m, gamma) with every indicator at the centre of its simplex (I_s = 1/S,
-  I_nb = I_bn = 1/B). The forcing constraints sum I(1 - I) <= 0 are then violated and the SCA
-  drives the indicators to a vertex; the vertex is chosen by the objective's gradient.
-* "reference": the reference orchestration itself (feasible for P, aggregator 0, best-rate
-  associations). The paper starts from a feasible point; with the forcing constraints
-  linearised at a binary point the surrogate's feasible set for I is that point only, so the
-  aggregator and the associations never move (measured: `info['aggregator_moved']`,
-  `info['I_max_change']`, the largest change of an aggregator indicator from w^0).
+consensus_rounds J: exchange rounds per collective. Every collective (broadcast / reduce along
+a relay tree) needs as many synchronous rounds as its tree is deep (`info["relay_depth"]`);
+J = 0 (default) means exactly that many (finite-time exact aggregation); J >= depth is the same
+computation (extra rounds carry nothing); 0 < J < depth cannot reach every holder and is
+refused.
 
-Trace (one CSV row per outer iteration l, written when `trace_path` is given):
-    outer, wall_s (since the call started, model build included), obj_model (J(w^l), the Pyomo
-    model objective at w^l through PyomoNLP; it reads the copies of the nodes that own the
-    objective's terms), obj_rounded (objective of P by
-    `system.evaluate` at the owners' copies of w^l with the indicators rounded and the continuous
-    variables clipped to their sets: a feasible orchestration, no polish), surrogate (J~(w_hat;
-    w^l)), max_violation (max of C_k(w^l)^+ / |grad C_k(w^0)| over the non-forcing rows and of
-    the normalised |G(w^l)|),
-    dual_disagreement (max over nodes and duals of |Gamma_d - mean_d Gamma_d|), inner_iters,
-    inner_residual, step_inf, aggregators (argmax per round, '|'-joined), I_binary_gap
-    (max over rounds of 1 - max_s I_s, 0 when the aggregator indicators are binary),
-    forcing_violation (max over the forcing rows of sum I (1 - I)), rejected / L_raised (the
-    step-rejection and L_k adaptation of `sca.run_sca`).
-
-Binary forcing schedule (a documented deviation, `PDConstants.force_after`, tuned default 10):
-the forcing rows are left out of the first `force_after` surrogates (capped at max_outer // 3),
-so the indicators first move with the continuous variables in the plain relaxation I in [0, 1];
-then sum I (1 - I) <= 0 drives them to a vertex. With force_after = 0 (the paper) the vertex is
-chosen by the objective's gradient at the reference continuous values; measured on tiny seeds
-0-5 and small seeds 0-7 (14 instances, centralized-pd, 60 outer iterations, polished): worst gap
-to the enumerated Ipopt optimum 2.05 % with force_after = 0, 0.60 % with 10 or 20.
+Trace (one CSV row per outer iteration, `trace_path`): see TRACE_FIELDS.
 """
 from __future__ import annotations
 
 import csv
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
-from .consensus import mixing_matrix, spectral_rate
-from .primal_dual import PDConstants, PrimalDual, resolve_constants
-from .repair import repair_associations
-from .sca import BlockStructure, build_structure, run_sca
+from .dec_comm import LocalComm
+from .primal_dual import InnerSolver, PDConstants, resolve_constants
+from .sca import DecStructure, Linearisation, build_structure, run_sca
 
-METHODS = ("decentralized", "centralized-pd")
+METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
-TRACE_FIELDS = ("outer", "wall_s", "obj_model", "obj_rounded", "surrogate", "max_violation",
-                "forcing_violation", "dual_disagreement", "inner_iters", "inner_residual",
-                "step_inf", "rejected", "L_raised", "aggregators", "I_binary_gap")
+CENTRAL_STEPS = {"decentralized": [], "decentralized-polish": ["association_repair", "ipopt_polish"],
+                 "centralized-pd": ["global_primal_dual"]}
+TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
+                "rho", "inner_iters", "inner_residual", "step_inf", "rejected", "L_raised",
+                "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max", "bytes_mean")
 
 
-def _consensus_weight(graph, nodes, z: float | None) -> tuple[np.ndarray, float, str]:
-    """W for edge weight z; z outside (0, 1/max degree) falls back to 1/(max degree + 1)."""
-    deg = max((d for _, d in graph.degree()), default=0)
-    note = ""
-    if z is not None and not (0.0 < z < (1.0 / deg if deg else math.inf)):
-        note = (f"z = {z} >= 1/max_degree = {1.0 / deg:.4g}: using 1/(max_degree + 1)")
-        z = None
-    W, _ = mixing_matrix(graph, nodes, z)
-    return W, (1.0 / (deg + 1.0) if z is None else float(z)), note
+class _DecOps:
+    """Linearisation, curvature and global maxima of the decentralised method: each node
+    evaluates its provider at its own copies (received by broadcast) and the results travel by
+    `Comm` collectives (module docstring)."""
+
+    def __init__(self, st: DecStructure, inner: InnerSolver):
+        self.st, self.inner, self.comm = st, inner, inner.comm
+        pl = inner.plan
+        key = pl.entry_node * st.n + pl.entry_q
+        self.pent = [np.searchsorted(key, d * st.n + pv.comp) for d, pv in enumerate(st.providers)]
+        self.E = len(pl.entry_q)
+
+    def linearise(self, u: np.ndarray) -> Linearisation:
+        st, comm, pl = self.st, self.comm, self.inner.plan
+        xe = comm.broadcast(pl, st.x_of(u))
+        g_ent = np.zeros(self.E)
+        c = np.zeros(st.n_rows)
+        a = np.zeros(len(st.jac_cols))
+        fn = np.zeros(st.n_nodes)
+        for d, pv in enumerate(st.providers):
+            f_d, g_d, c_d, jd = pv.evaluate(xe[self.pent[d]])
+            fn[d] = f_d
+            np.add.at(g_ent, self.pent[d], g_d)
+            c[st.row_ptr[d]:st.row_ptr[d + 1]] = c_d
+            np.add.at(a, st.node_jac[d], jd)
+        g = comm.reduce(pl, g_ent) * st.scale
+        f = float(comm.reduce(self.inner.gplan, fn[self.inner.gplan.entry_node])[0])
+        a *= st.scale[st.jac_cols]
+        rn = st.row_norm
+        return Linearisation(u=u.copy(), f=f, g=g, c=c / rn, a=a / rn[st.jac_rows], f_nodes=fn)
+
+    def curvature(self, u: np.ndarray, y: np.ndarray) -> np.ndarray:
+        st, comm, pl = self.st, self.comm, self.inner.plan
+        xe = comm.broadcast(pl, st.x_of(u))
+        h_ent = np.zeros(self.E)
+        for d, pv in enumerate(st.providers):
+            sl = slice(st.row_ptr[d], st.row_ptr[d + 1])
+            np.add.at(h_ent, self.pent[d], pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl]))
+        return comm.reduce(pl, h_ent) * st.scale ** 2
 
 
-def _violation(st: BlockStructure, lin) -> float:
-    """max of C_k(w)^+ over the non-forcing coupling rows, each divided by its gradient norm at
-    w^0 (fixed units across iterations), and of |G(w)| (consensus rows, normalised)."""
-    c = lin.c_raw / st.coup_norm
-    if len(st.force_rows):
-        c = np.delete(c, st.force_rows)
-    return max(float(np.max(c, initial=0.0)), float(np.max(np.abs(lin.G), initial=0.0)))
-
-
-def _forcing(st: BlockStructure, lin) -> float:
-    """max of sum I (1 - I) over the forcing rows (0 iff the indicators are binary)."""
-    return float(np.max(lin.c_raw[st.force_rows], initial=0.0)) if len(st.force_rows) else 0.0
+def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
+    """Every owner rounds its own indicators (argmax per round; ties to the lowest index) and
+    fixes them (bounds lo = hi). Returns the rounded point."""
+    u = u.copy()
+    x = st.x_of(u)
+    lo, hi = st.lo.copy(), st.hi.copy()
+    for key in ("Is", "Inb", "Ibn"):
+        ix = st.idx[key]
+        vals = x[ix]
+        hot = np.zeros_like(vals)
+        np.put_along_axis(hot, np.argmax(vals, axis=-1)[..., None], 1.0, axis=-1)
+        flat = ix.ravel()
+        u[flat] = hot.ravel() / st.scale[flat]
+        lo[flat] = hi[flat] = u[flat]
+    st.set_bounds(lo, hi)
+    return u
 
 
 def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | None
-            ) -> tuple[Solution | None, str]:
-    """Ipopt on P with the binaries of `sol` fixed, started from `sol`'s continuous values."""
+            ) -> tuple[Solution, str, float]:
+    """Ipopt on P with the binaries of `sol` fixed, started from `sol` (decentralized-polish
+    only); the polished point is kept when it is feasible and not worse."""
+    from cefl_opt import system
     from . import centralized
+    t0 = time.perf_counter()
     nlp = centralized.FixedNLP(inst, bound=bound, ipopt_options=ipopt_options)
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
-    return out, str(getattr(status, "value", status))
+    final = sol
+    if out is not None:
+        ev_p, ev_r = system.evaluate(inst, out, bound=bound), system.evaluate(inst, sol, bound=bound)
+        if ev_p.feasible and ev_p.objective <= ev_r.objective + 1e-12:
+            final = out
+    return final, str(getattr(status, "value", status)), time.perf_counter() - t0
 
 
 def solve_decentralized(inst: Instance, *, method: str = "decentralized",
-                        consensus_rounds: int = 30, max_outer: int = 60,
+                        consensus_rounds: int = 0, max_outer: int | None = None,
                         bound: str = "corollary",
                         constants: str | dict | PDConstants | None = None,
                         seed: int = 0, init: str = "relaxed", trace_path: str | Path | None = None,
-                        progress: bool = True, polish: bool = True, repair: bool = True,
-                        ipopt_options: dict | None = None,
-                        structure: BlockStructure | None = None) -> tuple[Solution, dict[str, Any]]:
-    """Paper §V on `inst`; returns (a binary orchestration feasible for P, info).
+                        progress: bool = False, ipopt_options: dict | None = None,
+                        structure: DecStructure | None = None) -> tuple[Solution, dict[str, Any]]:
+    """Paper §V on `inst`; returns (a binary orchestration, info). See the module docstring.
 
-    method: "decentralized" (Alg. 1-3) or "centralized-pd" (Alg. 1-2, exact dual updates).
-    consensus_rounds: J of Alg. 3 (ignored by centralized-pd). max_outer: K of Alg. 1.
-    constants: "tuned" (default), "paper" (SPEC §5 table) or a dict overriding fields of
-    `primal_dual.PDConstants` (optionally with "preset"). seed: recorded in the result only;
-    the method makes no random choice (the communication graph is part of the instance).
-    init: "relaxed" or "reference" (see the module docstring). polish: run Ipopt with the
-    binaries fixed at the end (else the rounded, clipped point is returned). repair: improve
-    each UE's rounded uplink/downlink BS by the objective of P (`repair_associations`) before the
-    polish. structure: a prebuilt `sca.build_structure` result for the same instance/bound/init
-    (benchmarks reuse it across runs).
-    """
+    consensus_rounds: J (0 = as many as the relay depth). max_outer: cap per SCA phase (default
+    `PDConstants.max_outer`). constants: "tuned" (default), "paper" or a dict of
+    `primal_dual.PDConstants` fields. seed: recorded only (the method makes no random choice).
+    init: "relaxed" (indicators at the simplex centres) or "reference" (a binary start: the
+    forcing penalty then keeps the reference aggregator and associations). structure: a
+    prebuilt `sca.build_structure` for the same instance/bound/init (benchmarks reuse it)."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: expected one of {METHODS}")
     if init not in INITS:
         raise ValueError(f"init {init!r}: expected one of {INITS}")
-    if max_outer < 1:
+    if max_outer is not None and max_outer < 1:
         raise ValueError(f"max_outer must be >= 1, got {max_outer}")
-    if consensus_rounds < 0:
-        raise ValueError(f"consensus_rounds must be >= 0, got {consensus_rounds}")
+    if isinstance(consensus_rounds, bool) or int(consensus_rounds) != consensus_rounds \
+            or consensus_rounds < 0:
+        raise ValueError(f"consensus_rounds must be an integer >= 0, got {consensus_rounds!r}")
     k = resolve_constants(constants)
     t_start = time.perf_counter()
+    dec = method != "centralized-pd"
     st = structure if structure is not None else build_structure(
         inst, bound=bound, relax_init=(init == "relaxed"))
-    t_built = time.perf_counter()
-    lin0 = st.linearise(st.u0)
-    info: dict[str, Any] = {"method": method, "init": init, "bound": bound,
-                            "constants": k.as_dict(), "n_variables": st.n,
-                            "n_coupling": len(st.coup_rows), "n_consensus": len(st.cons_rows),
-                            "n_nodes": st.n_nodes, "projection_groups": dict(st.group_counts)}
-    if method == "decentralized":
-        graph = inst.graph()
-        W, zz, note = _consensus_weight(graph, st.node_names, k.z)
-        pd = PrimalDual(st, k, lin0, mode="decentralized", W=W, J=consensus_rounds)
-        info.update(consensus_rounds=int(consensus_rounds), z=zz, spectral_rate=spectral_rate(W))
-        if note:
-            info["z_note"] = note
-    else:
-        pd = PrimalDual(st, k, lin0, mode="centralized")
-    info.update(pd.step_summary(), seed=seed)
-
-    # the forcing constraints act in at least the last 2/3 of the outer iterations
-    force_after = min(int(k.force_after), max_outer // 3)
-    info["force_after"] = force_after
-    dec0 = st.decisions(st.u0)
-    agg_hist: list[list[int]] = []
-    gap_hist: list[float] = []
+    st.reset_bounds()
+    comm = LocalComm(inst.graph(), st.node_names) if dec else None
+    inner = InnerSolver(st, k, mode="decentralized" if dec else "centralized", comm=comm)
+    info: dict[str, Any] = {"method": method, "init": init, "bound": bound, "seed": seed,
+                            "constants": k.as_dict(), "central_steps": list(CENTRAL_STEPS[method]),
+                            "n_shared_variables": st.n, "n_copies": st.n_copies,
+                            "n_coupling": st.n_rows, "n_nodes": st.n_nodes,
+                            "projection_groups": dict(st.group_counts), "build_s": st.build_s}
+    ops = _DecOps(st, inner) if dec else None
+    if dec:
+        depth = max(inner.plan.n_rounds, inner.gplan.n_rounds)
+        if 0 < consensus_rounds < depth:
+            raise ValueError(f"consensus_rounds = {consensus_rounds} is below the relay depth "
+                             f"{depth} of this communication graph: a collective cannot reach "
+                             f"every holder; use 0 (as many rounds as needed) or >= {depth}")
+        info.update(backend=comm.backend, ranks=1, relay_depth=depth,
+                    consensus_rounds=int(consensus_rounds or depth),
+                    relay_tree_edges=len(inner.plan.edges | inner.gplan.edges),
+                    graph_edges=int(inst.graph().number_of_edges()))
     rows: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=max_outer, desc=f"{method} (J={consensus_rounds})" if method ==
-                   "decentralized" else method, leave=False)
-    t_loop = time.perf_counter()
+    msg_hist: list[tuple[np.ndarray, np.ndarray]] = []
+    if dec:
+        comm.snapshot()   # set-up messages are not part of an outer iteration
 
     def callback(rec) -> bool:
-        dec = st.decisions(rec.u)
-        aggs = [int(a) for a in dec["Is"].argmax(axis=1)]
-        agg_hist.append(aggs)
-        gap_hist.append(float(np.max(1.0 - dec["Is"].max(axis=1))))
-        sol_r = clip_to_bounds(st.to_solution(rec.u, method=method), inst, bound)
-        ev = system.evaluate(inst, sol_r, bound=bound)
-        row = {"outer": rec.it, "wall_s": time.perf_counter() - t_start,
-               "obj_model": rec.lin.f, "obj_rounded": ev.objective, "surrogate": rec.surrogate,
-               "max_violation": _violation(st, rec.lin),
-               "forcing_violation": _forcing(st, rec.lin),
-               "dual_disagreement": pd.disagreement(),
-               "inner_iters": rec.inner["inner_iters"], "inner_residual": rec.inner["residual"],
-               "step_inf": rec.step_inf, "rejected": int(rec.rejected),
-               "L_raised": rec.L_raised, "aggregators": "|".join(map(str, aggs)),
-               "I_binary_gap": float(np.max(1.0 - dec["Is"].max(axis=1)))}
-        rows.append(row)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(obj=f"{rec.lin.f:.4g}", viol=f"{row['max_violation']:.1e}")
+        if dec:
+            msgs, nbytes = comm.snapshot()
+            msg_hist.append((msgs, nbytes))
+        else:
+            msgs = nbytes = np.zeros(1)
+        d = st.decisions(rec.u_hat)
+        rows.append({"outer": len(rows), "phase": rec.phase,
+                     "wall_s": time.perf_counter() - t_start, "obj_model": rec.lin.f,
+                     "max_violation": rec.violation, "forcing_violation": rec.forcing,
+                     "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
+                     "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+                     "rejected": int(rec.rejected), "L_raised": rec.L_raised,
+                     "aggregators": "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
+                     "I_binary_gap": float(np.max(1.0 - d["Is"].max(axis=1))),
+                     "msgs_max": int(msgs.max()), "msgs_mean": float(msgs.mean()),
+                     "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean())})
         return False
 
-    try:
-        u, recs, reason, L_raw = run_sca(st, pd.solve, zeta=k.zeta, lambda1=k.lambda1,
-                                         L_C=k.L_C, max_outer=max_outer, tol=k.outer_tol,
-                                         lin0=lin0, callback=callback,
-                                         force_after=force_after)
-    finally:
-        if bar is not None:
-            bar.close()
-    t_sca = time.perf_counter()
-
-    # ---- final iterate: round, repair, measure how far the indicators moved
-    dec_end = st.decisions(u)
-    aggs_end = [int(a) for a in dec_end["Is"].argmax(axis=1)]
-    agg_hist.append(aggs_end)
-    gap_hist.append(float(np.max(1.0 - dec_end["Is"].max(axis=1))))
-    # "decided": every round's aggregator indicator within 0.01 of a vertex; the argmax before
-    # that (e.g. of the uniform relaxed start) is not a decision
-    decided = next((i for i, g in enumerate(gap_hist) if g <= 0.01), None)
-    changes = sum(1 for a, b in zip(agg_hist, agg_hist[1:]) if a != b)
-    changes_after = (sum(1 for a, b in zip(agg_hist[decided:], agg_hist[decided + 1:]) if a != b)
-                     if decided is not None else None)
-    lin_end = st.linearise(u)
-    info.update(
-        outer_iterations=len(recs), stop_reason=reason,
-        rejected_steps=int(sum(r.rejected for r in recs)),
-        L_max_normalised=float(np.max(L_raw / lin_end.row_scale, initial=0.0)),
-        inner_iterations=int(sum(r.inner["inner_iters"] for r in recs)),
-        aggregators_initial=[int(a) for a in dec0["Is"].argmax(axis=1)],
-        aggregators_final=aggs_end,
-        aggregator_decided_at=decided,
-        aggregator_changes=changes,
-        aggregator_changes_after_decided=changes_after,
-        # moved = changed after first being decided (init='reference': from the start; from
-        # the relaxed start the argmax of the centre is no decision)
-        aggregator_moved=bool(changes_after) if changes_after is not None else None,
-        I_max_change=float(np.max(np.abs(dec_end["Is"] - dec0["Is"]))),
-        Inb_max_change=float(np.max(np.abs(dec_end["Inb"] - dec0["Inb"]))),
-        Ibn_max_change=float(np.max(np.abs(dec_end["Ibn"] - dec0["Ibn"]))),
-        I_binary_gap_final=float(np.max(1.0 - dec_end["Is"].max(axis=1))),
-        final_max_violation=_violation(st, lin_end),
-        final_forcing_violation=_forcing(st, lin_end),
-        final_dual_disagreement=pd.disagreement(),
-    )
-    rounded = clip_to_bounds(st.to_solution(u, method=method, status="rounded"), inst, bound)
-    info["objective_rounded_raw"] = system.evaluate(inst, rounded, bound=bound).objective
-    if repair:
+    kw = dict(max_outer=max_outer, callback=callback,
+              global_max=inner._global_max if dec else None,
+              linearise=ops.linearise if dec else None,
+              curvature=ops.curvature if dec else None)
+    t0 = time.perf_counter()
+    u1, rec1, reason1 = run_sca(st, inner, k, u0=st.u0, phase="relaxed", **kw)
+    t1 = time.perf_counter()
+    relaxed_viol = rec1[-1].violation if rec1 else float("nan")
+    info.update(stop_reason_relaxed=reason1, outer_iterations_relaxed=len(rec1),
+                violation_relaxed=relaxed_viol, forcing_relaxed=rec1[-1].forcing if rec1 else None,
+                relaxed_s=t1 - t0)
+    u_r = _fix_indicators(st, u1)
+    if method == "decentralized-polish":
+        from .repair import repair_associations
+        rounded = clip_to_bounds(st.to_solution(u_r, method=method, status="rounded"), inst,
+                                 bound)
         t_r = time.perf_counter()
         rounded, info["association_moves"] = repair_associations(inst, rounded, bound=bound)
         info["repair_s"] = time.perf_counter() - t_r
-    ev_r = system.evaluate(inst, rounded, bound=bound)
-    info["objective_rounded"] = ev_r.objective
-    final, status = rounded, "rounded"
-    if polish:
-        t_p = time.perf_counter()
-        pol, pstat = _polish(inst, rounded, bound=bound, ipopt_options=ipopt_options)
-        info["polish_s"] = time.perf_counter() - t_p
-        info["polish_status"] = pstat
-        if pol is not None:
-            ev_p = system.evaluate(inst, pol, bound=bound)
-            if ev_p.feasible and ev_p.objective <= ev_r.objective + 1e-12:
-                final, status = pol, "polished"
+        final, info["polish_status"], info["polish_s"] = _polish(inst, rounded, bound=bound,
+                                                                ipopt_options=ipopt_options)
+        reason2, rec2 = reason1, []
+    else:
+        u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)
+        info.update(stop_reason_finishing=reason2, outer_iterations_finishing=len(rec2),
+                    finishing_s=time.perf_counter() - t1)
+        final = clip_to_bounds(st.to_solution(u2, method=method, status="converged"
+                                              if reason2 == "converged" else "iteration_limit"),
+                               inst, bound)
+    st.reset_bounds()
+    recs = rec1 + rec2
+    reason = "converged" if reason1 == "converged" and reason2 == "converged" else (
+        reason1 if reason1 != "converged" else reason2)
+    info.update(stop_reason=reason, outer_iterations=len(recs),
+                inner_iterations=int(sum(r.inner["inner_iters"] for r in recs)),
+                final_max_violation=recs[-1].violation if recs else None,
+                aggregators_final=[int(r.aggregator) for r in final.rounds],
+                sca_s=time.perf_counter() - t0)
+    if dec and msg_hist:
+        M = np.array([h[0] for h in msg_hist], float)
+        Bt = np.array([h[1] for h in msg_hist], float)
+        info["messages"] = {
+            "per_node_per_outer": {"count": {"max": float(M.max()), "mean": float(M.mean())},
+                                   "bytes": {"max": float(Bt.max()), "mean": float(Bt.mean())}},
+            "total_count": int(M.sum()), "total_bytes": int(Bt.sum()),
+            "neighbours_only": True}
+    from cefl_opt import system   # reporting: the harness's check of the returned solution
     ev = system.evaluate(inst, final, bound=bound)
-    final.method, final.status = method, status
+    final.method = method
+    final.status = "converged" if reason == "converged" else reason
     final.objective, final.terms = ev.objective, ev.terms
-    t_end = time.perf_counter()
-    info.update(objective=ev.objective, feasible=ev.feasible, status=status,
-                wall_s=t_end - t_start, build_s=t_built - t_start, sca_s=t_sca - t_loop,
-                sca_s_per_outer=(t_sca - t_loop) / max(len(recs), 1))
+    info.update(objective=ev.objective, feasible=ev.feasible, status=final.status,
+                wall_s=time.perf_counter() - t_start)
     final.wall_s = info["wall_s"]
     final.info.update({k_: v for k_, v in info.items() if k_ != "constants"})
     if trace_path is not None:
@@ -287,8 +295,8 @@ def run_method(inst: Instance, opts, name: str):
     sol, info = solve_decentralized(
         inst, method=name, consensus_rounds=opts.consensus_rounds, max_outer=opts.max_outer,
         bound=opts.bound, constants=resolve_constants(opts.constant_overrides()), seed=opts.seed,
-        init=opts.init, trace_path=opts.trace_path, progress=opts.progress, polish=opts.polish,
-        repair=opts.repair, ipopt_options=opts.ipopt_options)
+        init=opts.init, trace_path=opts.trace_path, progress=opts.progress,
+        ipopt_options=opts.ipopt_options)
     info = {k_: v for k_, v in info.items() if k_ != "trace"}
     tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
           else TerminationCondition.iterationLimit)
@@ -301,6 +309,10 @@ def run_method(inst: Instance, opts, name: str):
 
 def run_decentralized(inst: Instance, opts):
     return run_method(inst, opts, "decentralized")
+
+
+def run_decentralized_polish(inst: Instance, opts):
+    return run_method(inst, opts, "decentralized-polish")
 
 
 def run_centralized_pd(inst: Instance, opts):

@@ -28,11 +28,14 @@ PLUGINS: tuple[tuple[str, str, str, str], ...] = (
     ("scip", "cefl_opt.solvers.scip:solve_scip", f"{_O}:ScipOptions",
      "SCIP global MINLP on the binary model: incumbent and proven lower bound"),
     ("decentralized", f"{_D}:run_decentralized", f"{_O}:DecentralizedOptions",
-     "paper §V: SCA + primal-dual + consensus on the duals over the communication graph "
-     "(--consensus-rounds J), then rounding and an Ipopt polish with the binaries fixed"),
+     "paper §V, decentralised: SCA + accelerated primal-dual per node, neighbour messages only "
+     "(relayed), binaries by a forcing penalty, then a finishing SCA with the binaries fixed"),
+    ("decentralized-polish", f"{_D}:run_decentralized_polish", f"{_O}:DecentralizedOptions",
+     "decentralized's relaxed phase and rounding, then the central association repair and an "
+     "Ipopt polish"),
     ("centralized-pd", f"{_D}:run_centralized_pd", f"{_O}:DecentralizedOptions",
-     "paper §V with exact global dual updates (no consensus), then rounding and an Ipopt "
-     "polish"),
+     "the decentralized iteration on global arrays (exact global primal-dual updates, no "
+     "messages)"),
 )
 
 

@@ -32,8 +32,7 @@ __all__ = [
     "project_simplex",
     "project_capped_simplex",
     "project_knapsack",
-    "project_rows",
-    "PROJECTIONS",
+    "project_weighted",
 ]
 
 # Relative slack on the feasibility tests (sum lo <= total <= sum hi): sums that miss by a few
@@ -270,37 +269,67 @@ def project_knapsack(X: Any, lo: Any = 0.0, hi: Any = 1.0, total: Any = 1.0) -> 
 
 
 # --------------------------------------------------------------------------------------------
-# dispatch
+# weighted capped simplex / knapsack (diagonal metric)
 # --------------------------------------------------------------------------------------------
-def _box_rows(X: Any, lo: Any = -np.inf, hi: Any = np.inf) -> np.ndarray:
-    return project_box(X, lo, hi)
+def project_weighted(X: Any, W: Any, lo: Any, hi: Any, total: Any, equality: bool = True
+                     ) -> np.ndarray:
+    """Rows of ``X`` onto ``{lo <= y <= hi, sum y = total}`` (``<=`` if not ``equality``) in
+    the metric ``sum_i (y_i - x_i)^2 / w_i`` (``w > 0``: the minimiser of a separable
+    quadratic with curvature ``1/w`` over the set). Finite bounds only. Exact: the solution is
+    ``y(mu) = clip(x - w mu, lo, hi)``; ``s(mu) = sum y(mu)`` is piecewise linear with
+    breakpoints ``(x - hi)/w`` and ``(x - lo)/w``, all sorted at once, and ``mu`` comes from one
+    linear solve on the segment that holds ``total``."""
+    A, squeeze = _as_2d(X)
+    Wt = np.broadcast_to(np.asarray(W, dtype=float), A.shape)
+    L, H = _bounds(lo, hi, A.shape)
+    if not (np.all(np.isfinite(L)) and np.all(np.isfinite(H))):
+        raise ValueError("project_weighted needs finite bounds")
+    if np.any(Wt <= 0):
+        raise ValueError("weights must be > 0")
+    m, n = A.shape
+    t = _row_param(total, m, "total")
+    Y = np.clip(A, L, H)
+    todo = np.ones(m, dtype=bool) if equality else (Y.sum(axis=1) > t)
+    if todo.any():
+        Y[todo] = _weighted_eq(A[todo], Wt[todo], L[todo], H[todo], t[todo])
+    return Y[0] if squeeze else Y
 
 
-def _capped_rows(X: Any, lo: Any = 0.0, hi: Any = 1.0, total: Any = 1.0) -> np.ndarray:
-    return project_capped_simplex(X, lo, hi, total, equality=True)
+def weighted_rows(X: np.ndarray, Wt: np.ndarray, L: np.ndarray, H: np.ndarray, t: np.ndarray,
+                  eq: np.ndarray) -> np.ndarray:
+    """`project_weighted` without input checks, for the solver's inner loop: rows with eq[r]
+    are capped simplices, the others knapsacks (sum <= t). Padding entries with lo = hi = 0
+    are allowed (they stay 0)."""
+    Y = np.clip(X, L, H)
+    need = eq | (Y.sum(axis=1) > t)
+    if need.all():
+        return _weighted_eq(X, Wt, L, H, t)
+    if need.any():
+        Y[need] = _weighted_eq(X[need], Wt[need], L[need], H[need], t[need])
+    return Y
 
 
-PROJECTIONS = {
-    "box": _box_rows,                    # lo, hi
-    "simplex": project_simplex,          # total
-    "capped_simplex": _capped_rows,      # lo, hi, total  (sum = total)
-    "knapsack_le": project_knapsack,     # lo, hi, total  (sum <= total)
-}
-
-
-def project_rows(kind: str, X: Any, **params: Any) -> np.ndarray:
-    """Dispatch a row-wise projection by name.
-
-    ``kind`` is one of ``"box"`` (``lo``, ``hi``), ``"simplex"`` (``total``),
-    ``"capped_simplex"`` (``lo``, ``hi``, ``total``; equality) and ``"knapsack_le"``
-    (``lo``, ``hi``, ``total``; ``sum <= total``).
-    """
-    try:
-        fn = PROJECTIONS[kind]
-    except KeyError:
-        raise ValueError(f"unknown projection kind {kind!r}; "
-                         f"expected one of {sorted(PROJECTIONS)}") from None
-    try:
-        return fn(X, **params)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters for projection {kind!r}: {exc}") from None
+def _weighted_eq(X, Wt, L, H, t):
+    m, n = X.shape
+    B = np.concatenate([(X - H) / Wt, (X - L) / Wt], axis=1)
+    order = np.argsort(B, axis=1)
+    rowi = np.arange(m)[:, None]
+    b = B[rowi, order]
+    w2 = np.concatenate([Wt, Wt], axis=1)[rowi, order]
+    sgn = np.where(order < n, 1.0, -1.0)
+    # s(mu) = sum(hi) + sum_{b_j <= mu} sgn_j w_j (b_j - mu)
+    s = H.sum(axis=1)[:, None] + np.cumsum(sgn * w2 * b, axis=1) - np.cumsum(sgn * w2, axis=1) * b
+    below = s <= t[:, None]
+    k = np.argmax(below, axis=1)
+    found = below[np.arange(m), k]
+    k[~found] = 2 * n
+    b_k = np.where(found, b[np.arange(m), np.minimum(k, 2 * n - 1)], np.inf)
+    b_km1 = np.where(k > 0, b[np.arange(m), np.maximum(k - 1, 0)], -np.inf)
+    at_hi = B[:, :n] >= b_k[:, None]
+    at_lo = (B[:, n:] <= b_km1[:, None]) & ~at_hi
+    free = ~(at_hi | at_lo)
+    wf = np.where(free, Wt, 0.0).sum(axis=1)
+    fixed_sum = np.where(at_hi, H, np.where(at_lo, L, 0.0)).sum(axis=1)
+    mu = (np.where(free, X, 0.0).sum(axis=1) + fixed_sum - t) / np.where(wf > 0, wf, 1.0)
+    mu = np.where(wf > 0, mu, np.where(np.isfinite(b_k), b_k, b_km1))
+    return np.clip(X - Wt * mu[:, None], L, H)

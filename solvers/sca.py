@@ -1,261 +1,318 @@
-"""Successive convex wrapper (paper Alg. `alg:dist_NOVA main`) on the Pyomo block model.
+"""Per-node structure and the successive convex wrapper (paper Alg. `alg:dist_NOVA main`).
 
 Nothing here re-implements the physics: every value and derivative comes from the block model
-of `cefl_opt.models.build_problem(inst, binaries="relaxed")` through PyNumero's `PyomoNLP`
-(ASL automatic differentiation), evaluated once per outer iteration. The inner primal-dual
-loop (`primal_dual.py`) then works on plain numpy / scipy.sparse arrays.
+`cefl_opt.models.build_problem(inst, binaries="relaxed")` (copies form, SPEC §4), evaluated by
+one PyNumero `PyomoNLP` *per network node* (`NodeProvider`). There is no whole-network NLP.
 
-Structure extracted once (`BlockStructure`)
--------------------------------------------
-* every primal variable x_i is mapped to the network node whose block holds it (`ue[n]`,
-  `bs[b]`, `dc[s]`; the globally shared variables are held by `dc[0]`, SPEC §4);
-* the constraints of `blk.convex` (linear, over the node's own variables) plus the variable
-  bounds are the node's convex set D_d. They are NOT linearised. Each one is classified once:
-  `simplex` (sum = total, lower bounds 0, upper bounds >= total), `capped_simplex`
-  (sum = total with binding upper bounds), `capped_le` (sum <= 1 over [0, 1] variables, e.g.
-  sum_b rho_nb <= 1) or `knapsack` (sum <= cap with general box bounds, DC ingress
-  sum_b R_bs <= Rmax_s). Variables in no group are `box`. Groups of one kind and length are
-  stacked into (rows x length) index arrays so that each kind is projected with one
-  vectorised call of `cefl_opt.solvers.projections`;
-* the constraints of `blk.coupling` are the non-convex C(w) <= 0 (linearised + prox);
-* `m.consensus` holds the linear equalities G(w) = 0 (copy = owner's copy).
+Per-node blocks (`build_structure`)
+-----------------------------------
+* A node's derivative provider is an NLP whose objective is the node's share of J (its energy
+  `xi3 * blk.cost`; the owner of the global variables, dc[0], also hosts the delay term
+  `xi2 * sum_t (dA + dR)` and the ML term `xi1 * ml_term`, the only terms over global
+  quantities) and whose constraints are the node's `blk.coupling` rows C_k(w) <= 0. The shares
+  add up to the model objective (checked at w^0). A row or share that reads a variable of
+  another node (a UE's delay row reads R_bs of the BSs, the ML term reads every DPU's gamma)
+  gets that variable's value by message.
+* Copies are consensus by construction: every set of copies tied by `m.consensus` (copy ==
+  owner) is one *shared variable* (a component). Its *primary* node holds the convex set it is
+  constrained by (`blk.convex`: the owner's simplex; R_bs[b, s] lives on DC s, whose ingress
+  knapsack spans the BSs' rates) or, when it is in no convex constraint, the owner. The primary
+  takes the primal step; the value reaches every node that holds a copy or reads it by
+  `Comm.broadcast` along the relay plan `plan`, and the gradient contributions of those nodes
+  return to the primary by `Comm.reduce`.
+* The convex constraints become projection groups over shared variables (identical groups of
+  different copy holders, e.g. every node's I_s simplex, are one set).
 
-Scaling (documented choice)
----------------------------
-The solver works in scaled variables u = x / s. s_i is the width of x_i's box (hi - lo) when
-finite; an unbounded variable (a delay epigraph variable) gets the largest |J_ki| s_i / |J_kj|
-over the bounded variables i of its coupling rows k at w^0 (its coefficient in u then matches
-the largest other one), or |x0| if larger (floored at 1e-2). s is then made constant over every
-projection group (group max, so that the Euclidean projection in u is the exact projection onto
-D_d) and over every set of copies of one shared variable (max over the consensus component, so
-that copy = copy stays copy = copy). Consensus rows are divided by their (constant) gradient
-norm. Coupling rows are divided, at every linearisation, by the 2-norm of their gradient in u
-(floored at 0.1 x its value at w^0): a positive row scaling leaves the feasible set unchanged
-and puts delay constraints (seconds) and forcing constraints on one scale; the duals are
-rescaled with it (`primal_dual.PrimalDual._rescale`) so that warm starts carry over.
+Scaling: u = x / s as before (box width; unbounded epigraph variables from their coupling rows
+at w^0; constant over a projection group). Coupling rows are divided by the 2-norm of their
+gradient in u at w^0 (floored), fixed for the whole run.
 
 Outer update (eqn:NOVA param update): u^{l+1} = u^l + zeta (u_hat - u^l); stop when
-||u^{l+1} - u^l||_inf <= tol (scaled units; `tol`) or after `max_outer` iterations.
+||u_hat - u^l||_inf <= tol and the scaled violation <= viol_tol (`run_sca`).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, constraint_host, is_forcing, load_solution, node_blocks
-from cefl_opt.solution import RoundDecision, Solution
+from cefl_opt.models import (VariableIndex, build_problem, is_forcing, load_solution, node_blocks,
+                             node_variables)
+from cefl_opt.models.codec import rounds_from_values
+from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
 
-GHZ, GBIT = 1e9, 1e9
 _SCALE_FLOOR = 1e-2
 
 
-# ------------------------------------------------------------------------------ structure
+# ------------------------------------------------------------------------------ groups
 @dataclass
 class GroupBatch:
-    """Rows of one projection kind and one length: idx[r, :] are u-indices of row r."""
-    kind: str            # simplex | capped_simplex | capped_le | knapsack
-    idx: np.ndarray      # (rows, len) int
-    lo: np.ndarray       # (rows, len) in u
-    hi: np.ndarray       # (rows, len) in u
-    total: np.ndarray    # (rows,) in u
+    """Rows of one projection kind and one length: idx[r, :] are component indices of row r;
+    `eq`: sum = total, else sum <= total. Bounds in u."""
+    eq: bool
+    idx: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    total: np.ndarray
 
-    def project(self, v: np.ndarray) -> np.ndarray:
+    def project(self, v: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+        """argmin sum_i (y_i - v_i)^2 / (2 w_i) over the group's set (w = 1/curvature)."""
         X = v[self.idx]
-        if self.kind == "simplex":
-            return P.project_simplex(X, self.total)
-        if self.kind == "capped_simplex":
-            return P.project_capped_simplex(X, self.lo, self.hi, self.total, equality=True)
-        return P.project_capped_simplex(X, self.lo, self.hi, self.total, equality=False)
+        if w is None:
+            return P.project_capped_simplex(X, self.lo, self.hi, self.total, equality=self.eq)
+        return P.project_weighted(X, w[self.idx], self.lo, self.hi, self.total,
+                                  equality=self.eq)
+
+
+# ------------------------------------------------------------------------------ node NLPs
+class NodeProvider:
+    """Derivative provider of one node: a PyomoNLP over its objective share and its coupling
+    rows (module docstring). `comp` maps the NLP's primals to shared-variable indices."""
+
+    def __init__(self, name: str, share, rows: list, comp_of_var: dict[int, int]):
+        from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
+        sub = pyo.ConcreteModel(name=f"node {name}")
+        sub.obj = pyo.Objective(expr=share)
+        sub.rows = pyo.ConstraintList()
+        for c in rows:
+            sub.rows.add(c.expr)
+        self.name = name
+        self.nlp = PyomoNLP(sub)
+        # the NL writer puts nonlinear rows first: keep PyomoNLP's order
+        self.row_names = [rows[c.index() - 1].name for c in self.nlp.get_pyomo_constraints()]
+        self.forcing = np.array([is_forcing(rows[c.index() - 1])
+                                 for c in self.nlp.get_pyomo_constraints()], dtype=bool)
+        self.comp = np.array([comp_of_var[id(v)] for v in self.nlp.get_pyomo_variables()],
+                             dtype=np.int64)
+        lb, ub = np.asarray(self.nlp.constraints_lb()), np.asarray(self.nlp.constraints_ub())
+        if np.any(np.isfinite(lb) & np.isfinite(ub)):
+            raise ValueError(f"node {name}: a coupling row has two finite bounds")
+        self.sign = np.where(np.isfinite(ub), 1.0, -1.0)
+        self.rhs = np.where(self.sign > 0, ub, lb)
+        jac = self.nlp.evaluate_jacobian()
+        self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
+
+    def hessian_diag(self, x_local: np.ndarray, y_local: np.ndarray) -> np.ndarray:
+        """Diagonal of the Hessian of (share + sum_k y_k C_k) at x_local."""
+        nlp = self.nlp
+        nlp.set_primals(x_local)
+        if nlp.n_constraints():
+            nlp.set_duals(y_local * self.sign)
+        h = nlp.evaluate_hessian_lag()
+        d = np.zeros(nlp.n_primals())
+        on = h.row == h.col
+        np.add.at(d, h.row[on], h.data[on])
+        return d
+
+    def evaluate(self, x_local: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """(share, gradient, C (sign-adjusted, minus rhs), Jacobian data in (jrow, jcol) order)
+        at the node's copies x_local (model units)."""
+        nlp = self.nlp
+        nlp.set_primals(x_local)
+        f = float(nlp.evaluate_objective())
+        g = np.asarray(nlp.evaluate_grad_objective(), float)
+        if nlp.n_constraints():
+            c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
+            jd = np.asarray(nlp.evaluate_jacobian().data, float) * self.sign[self.jrow]
+        else:
+            c, jd = np.zeros(0), np.zeros(0)
+        return f, g, c, jd
 
 
 @dataclass
-class BlockStructure:
-    """Everything about the relaxed block model that the SCA / PD loops need, built once."""
+class Linearisation:
+    """J, grad J (u-space, per shared variable), C (normalised rows), Jacobian data of C in
+    `st.jac` order, at u. `f_nodes`: each node's share."""
+    u: np.ndarray
+    f: float
+    g: np.ndarray
+    c: np.ndarray
+    a: np.ndarray
+    f_nodes: np.ndarray
+
+    def surrogate_objective(self, u: np.ndarray, q: np.ndarray) -> float:
+        du = u - self.u
+        return float(self.f + self.g @ du + 0.5 * (q * du) @ du)
+
+
+@dataclass
+class DecStructure:
+    """Everything the SCA / inner loops need, built once (module docstring)."""
     inst: Instance
     bound: str
     model: Any
-    nlp: Any
     node_names: list[str]
-    node_of: np.ndarray            # (n,) node index of each primal variable
-    scale: np.ndarray              # (n,) s, x = s * u
-    lo: np.ndarray                 # (n,) bounds in u
+    providers: list[NodeProvider]
+    n: int                          # shared variables
+    primary: np.ndarray             # (n,) node taking the primal step of each
+    scale: np.ndarray
+    lo: np.ndarray
     hi: np.ndarray
     groups: list[GroupBatch]
-    group_of: np.ndarray           # (n,) id of the projection group (-1: box)
-    n_groups: int
-    coup_rows: np.ndarray          # NLP constraint indices of C(w) <= 0
-    coup_sign: np.ndarray          # +1: body <= ub ; -1: body >= lb
-    coup_rhs: np.ndarray
-    coup_norm: np.ndarray          # gradient 2-norm of each coupling row at w^0 (fallback scale)
-    coup_host: np.ndarray          # node index hosting each coupling row
-    coup_names: list[str]
-    cons_rows: np.ndarray          # NLP constraint indices of G(w) = 0
-    cons_rhs: np.ndarray
-    cons_norm: np.ndarray
-    A_G: sp.csr_matrix             # consensus matrix in u, normalised rows
-    b_G: np.ndarray
-    force_rows: np.ndarray         # positions (in coupling) of the binary-forcing constraints
-    idx: dict[str, Any] = field(default_factory=dict)   # u-indices of owner copies per field
+    in_group: np.ndarray            # (n,) bool
+    members: list[np.ndarray]       # nodes needing each shared variable
+    row_host: np.ndarray            # (K,) node hosting each coupling row
+    row_names: list[str]
+    row_norm: np.ndarray            # gradient 2-norm in u at w^0
+    force_rows: np.ndarray          # rows sum I (1 - I) <= 0
+    # Jacobian of C in u: CSR pattern (rows, cols); data gathered from the node NLPs
+    jac_rows: np.ndarray
+    jac_cols: np.ndarray
+    jac_indptr: np.ndarray
+    node_jac: list[np.ndarray]      # per node: position in the CSR data of each NLP entry
+    row_ptr: np.ndarray             # (V+1,) node d's rows: row_ptr[d]:row_ptr[d+1]
+    x0: np.ndarray
+    idx: dict[str, Any] = field(default_factory=dict)
     group_counts: dict[str, int] = field(default_factory=dict)
-    u0: np.ndarray | None = None   # initial point w^0 in u
-    # fixed CSR pattern of C's Jacobian (see `_coupling_pattern`)
-    coup_pattern: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.scale)
+    n_copies: int = 0
+    build_s: float = 0.0
+    _pad: Any = None
+    _orig: Any = None
 
     @property
     def n_nodes(self) -> int:
         return len(self.node_names)
 
-    # ---- point conversions
+    @property
+    def n_rows(self) -> int:
+        return len(self.row_host)
+
+    @property
+    def u0(self) -> np.ndarray:
+        return self.x0 / self.scale
+
     def x_of(self, u: np.ndarray) -> np.ndarray:
         return u * self.scale
 
-    def u_of(self, x: np.ndarray) -> np.ndarray:
-        return x / self.scale
-
-    def project(self, v: np.ndarray) -> np.ndarray:
-        """Euclidean projection of a u-vector onto prod_d D_d (boxes, simplices, knapsacks)."""
+    def project(self, v: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+        """Projection of a u-vector onto prod_d D_d (weighted by w = 1/curvature if given):
+        every group's primary projects its own rows (all rows in one padded batch here)."""
         out = np.clip(v, self.lo, self.hi)
-        for g in self.groups:
-            out[g.idx] = g.project(v)
+        pad = self._pad
+        if pad is None:
+            return out
+        vv = np.append(v, 0.0)[pad["idx"]]
+        ww = np.ones_like(vv) if w is None else np.append(w, 1.0)[pad["idx"]]
+        Y = P.weighted_rows(vv, ww, pad["lo"], pad["hi"], pad["total"], pad["eq"])
+        out[pad["idx"][pad["real"]]] = Y[pad["real"]]
         return out
 
-    # ---- evaluation at a point (Pyomo / ASL, once per outer iteration)
-    def linearise(self, u: np.ndarray, prev: "Linearisation | None" = None) -> "Linearisation":
-        """J, grad J, C, Jacobian of C at u (one ASL evaluation), in u.
+    def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Replace the bounds in u (e.g. indicators fixed); groups and the padded batch follow."""
+        if self._orig is None:
+            self._orig = (self.lo.copy(), self.hi.copy())
+        self.lo, self.hi = lo, hi
+        for g in self.groups:
+            g.lo, g.hi = lo[g.idx], hi[g.idx]
+        self._build_pad()
 
-        C's rows are normalised by the 2-norm of their gradient at u (`row_scale`), floored at
-        0.1 x the norm at w^0 (`coup_norm`)."""
-        nlp = self.nlp
-        nlp.set_primals(self.x_of(u))
-        f = float(nlp.evaluate_objective())
-        g = np.asarray(nlp.evaluate_grad_objective()) * self.scale
-        body = np.asarray(nlp.evaluate_constraints())
-        jac = nlp.evaluate_jacobian()
-        pat = self.coup_pattern
-        raw = jac.data[pat["mask"]][pat["perm"]] * pat["row_sign"] * self.scale[pat["indices"]]
-        nrm = np.sqrt(np.bincount(pat["rows"], weights=raw * raw, minlength=len(self.coup_rows)))
-        # floor at 1/10 of the w^0 norm: a vanishing gradient (a forcing constraint at I = 1/2)
-        # must not blow the normalised row up
-        r = np.maximum(nrm, 0.1 * self.coup_norm)
-        c_raw = (body[self.coup_rows] - self.coup_rhs) * self.coup_sign
-        A_C = sp.csr_matrix((raw / r[pat["rows"]], pat["indices"], pat["indptr"]),
-                            shape=(len(self.coup_rows), self.n))
-        G = (body[self.cons_rows] - self.cons_rhs) / self.cons_norm
-        return Linearisation(u=u.copy(), f=f, g=g, c=c_raw / r, A_C=A_C, G=G, row_scale=r,
-                             c_raw=c_raw)
+    def reset_bounds(self) -> None:
+        if self._orig is not None:
+            lo, hi = self._orig
+            self.set_bounds(lo.copy(), hi.copy())
 
-    # ---- owner copies -> Solution (numpy only)
-    def decisions(self, u: np.ndarray) -> dict[str, np.ndarray]:
-        """Fractional indicator values averaged over all copies: {'Is': [T,S], 'Inb': [T,N,B],
-        'Ibn': [T,N,B]} (the consensus estimate every node would agree on)."""
+    def _build_pad(self) -> None:
+        """All projection groups as one padded batch (padding: index n, bounds [0, 0])."""
+        if not self.groups:
+            self._pad = None
+            return
+        width = max(g.idx.shape[1] for g in self.groups)
+        rows = sum(len(g.idx) for g in self.groups)
+        idx = np.full((rows, width), self.n)
+        lo = np.zeros((rows, width))
+        hi = np.zeros((rows, width))
+        tot = np.zeros(rows)
+        eq = np.zeros(rows, dtype=bool)
+        r = 0
+        for g in self.groups:
+            k, w = g.idx.shape
+            idx[r:r + k, :w], lo[r:r + k, :w], hi[r:r + k, :w] = g.idx, g.lo, g.hi
+            tot[r:r + k], eq[r:r + k] = g.total, g.eq
+            r += k
+        self._pad = {"idx": idx, "lo": lo, "hi": hi, "total": tot, "eq": eq,
+                     "real": idx < self.n}
+
+    def A(self, lin: Linearisation) -> sp.csr_matrix:
+        return sp.csr_matrix((lin.a, self.jac_cols, self.jac_indptr), shape=(self.n_rows, self.n))
+
+    def curvature(self, u: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Diagonal of the Hessian of the Lagrangian J + sum_k y_k C_k (normalised rows) in u,
+        per shared variable: every node evaluates its provider's part at its copies and the
+        parts are summed at the primaries."""
+        h = np.zeros(self.n)
         x = self.x_of(u)
-        return {k: x[self.idx[k + "_all"]].mean(axis=-1) for k in ("Is", "Inb", "Ibn")}
+        for d, pv in enumerate(self.providers):
+            yl = y[self.row_ptr[d]:self.row_ptr[d + 1]] / self.row_norm[self.row_ptr[d]:self.row_ptr[d + 1]]
+            np.add.at(h, pv.comp, pv.hessian_diag(x[pv.comp], yl))
+        return h * self.scale ** 2
 
-    def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed",
-                    ties: dict[str, np.ndarray] | None = None) -> Solution:
-        """Owners' copies of the continuous variables; indicators rounded to the argmax of the
-        copies' average (association repair: one BS per UE for uplink and downlink, one
-        aggregator per round; ties broken towards the best-rate BS)."""
-        inst = self.inst
+    def linearise(self, u: np.ndarray) -> Linearisation:
+        """Every node evaluates its provider at its copies of u (one PyNumero call set per
+        node); the results are assembled into global arrays (the local backend's layout)."""
+        x = self.x_of(u)
+        g = np.zeros(self.n)
+        c = np.zeros(self.n_rows)
+        a = np.zeros(len(self.jac_cols))
+        fn = np.zeros(self.n_nodes)
+        for d, pv in enumerate(self.providers):
+            f_d, g_d, c_d, jd = pv.evaluate(x[pv.comp])
+            fn[d] = f_d
+            np.add.at(g, pv.comp, g_d)
+            c[self.row_ptr[d]:self.row_ptr[d + 1]] = c_d
+            np.add.at(a, self.node_jac[d], jd)
+        g *= self.scale
+        a *= self.scale[self.jac_cols]
+        rn = self.row_norm
+        return Linearisation(u=u.copy(), f=float(fn.sum()), g=g, c=c / rn,
+                             a=a / rn[self.jac_rows], f_nodes=fn)
+
+    # ---- primaries' values -> Solution (numpy only)
+    def decisions(self, u: np.ndarray) -> dict[str, np.ndarray]:
+        """Indicator values {'Is': [T,S], 'Inb': [T,N,B], 'Ibn': [T,N,B]} (shared variables)."""
+        x = self.x_of(u)
+        return {k: x[self.idx[k]] for k in ("Is", "Inb", "Ibn")}
+
+    def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed") -> Solution:
+        """The shared variables as a Solution (the codec's units); indicators rounded to the
+        largest entry (`cefl_opt.association.round_associations`)."""
         x = self.x_of(u)
         ix = self.idx
-        dec = self.decisions(u)
-        up_rate = inst.R_nb          # [T,N,B]
-        dn_rate = np.transpose(inst.R_bn, (0, 2, 1))  # [T,N,B]
-        rounds = []
-        for t in range(inst.T):
-            Inb = dec["Inb"][t] + 1e-9 * up_rate[t] / up_rate[t].max()
-            Ibn = dec["Ibn"][t] + 1e-9 * dn_rate[t] / dn_rate[t].max()
-            rounds.append(RoundDecision(
-                rho_nb=x[ix["rho_nb"][t]].copy(),
-                rho_bs=x[ix["rho_bs"][t]].copy(),
-                f=x[ix["f"][t]] * GHZ,
-                z=x[ix["z"][t]] * inst.C,
-                gamma_ue=x[ix["gamma_ue"][t]].copy(),
-                gamma_dc=x[ix["gamma_dc"][t]].copy(),
-                m_ue=x[ix["m_ue"][t]].copy(),
-                m_dc=x[ix["m_dc"][t]].copy(),
-                aggregator=int(np.argmax(dec["Is"][t])),
-                uplink_bs=np.argmax(Inb, axis=1).astype(int),
-                downlink_bs=np.argmax(Ibn, axis=1).astype(int),
-                R_bs=x[ix["R_bs"][t]] * GBIT,
-            ))
+        rounds = rounds_from_values(self.inst, lambda k, t: x[ix[k][t]],
+                                    lambda k, t: x[ix[k][t]])
         return Solution(rounds=rounds, method=method, status=status)
 
 
-@dataclass
-class Linearisation:
-    """Values and derivatives of J, C, G at u^l (u-space). C's rows are divided by
-    `row_scale` (c = c_raw / row_scale, A_C likewise); G's rows by their fixed norms."""
-    u: np.ndarray
-    f: float
-    g: np.ndarray
-    c: np.ndarray
-    A_C: sp.csr_matrix
-    G: np.ndarray
-    row_scale: np.ndarray
-    c_raw: np.ndarray
-
-    def surrogate_objective(self, u: np.ndarray, lambda1: float) -> float:
-        du = u - self.u
-        return float(self.f + self.g @ du + 0.5 * lambda1 * du @ du)
-
-    def surrogate_constraints(self, u: np.ndarray, L: np.ndarray, B: sp.csr_matrix) -> np.ndarray:
-        """C~(u; u^l) in normalised units (L: per-row prox weights, same units)."""
-        du = u - self.u
-        return self.c + self.A_C @ du + 0.5 * L * (B @ (du * du))
-
-    def max_violation(self, skip: np.ndarray | None = None) -> float:
-        """max(C^+, |G|) in the current normalised units (rows in `skip` left out)."""
-        c = self.c if skip is None or not len(skip) else np.delete(self.c, skip)
-        cv = float(np.max(c, initial=0.0))
-        gv = float(np.max(np.abs(self.G), initial=0.0))
-        return max(cv, gv)
-
-
-def _union_find(n: int, pairs: np.ndarray) -> np.ndarray:
-    parent = np.arange(n)
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-    for a, b in pairs:
-        ra, rb = find(int(a)), find(int(b))
-        if ra != rb:
-            parent[rb] = ra
-    return np.array([find(i) for i in range(n)])
+def _node_shares(m) -> dict[str, Any]:
+    """Objective share per node: xi3 * energy of its block; dc[0] (owner of the global
+    variables) also hosts the delay and ML terms. Checked against m.obj at w^0."""
+    w = m._weights
+    shares = {nm: w["xi3"] * blk.cost for nm, blk in node_blocks(m).items()}
+    shares["dc0"] = shares["dc0"] + w["xi2"] * m.delay_term + w["xi1"] * m.ml_term
+    return shares
 
 
 def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution | None = None,
-                    relax_init: bool = False, assoc_bias: float = 0.1) -> BlockStructure:
-    """Relaxed block model + PyomoNLP + index maps + scaling + projection groups.
+                    relax_init: bool = True, assoc_bias: float = 0.1) -> DecStructure:
+    """Relaxed block model + one PyomoNLP per node + shared variables + projection groups.
 
-    init: the initial orchestration w^0 (default: `system.reference_solution(inst)`), loaded on
-    every copy with tight epigraph variables. relax_init: move its indicators into the interior:
-    I_s = 1/S (the aggregator is left to the objective), and I_nb, I_bn = (1 - assoc_bias) / B
-    + assoc_bias x the init's (best-rate) association. The bias is a tie-break: at the exact
-    centre the linearised forcing constraint has no preferred direction, and an association
-    whose objective gradient vanishes (a UE that does not set max_n dM_bn I_bn) would stay there.
-    """
-    from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
+    init: w^0 (default `system.reference_solution(inst)`), loaded on every copy with tight
+    epigraph variables. relax_init: indicators moved into the interior: I_s = 1/S and
+    I_nb, I_bn = (1 - assoc_bias)/B + assoc_bias x the init's association (a tie-break)."""
     from cefl_opt import system
-
+    t0 = time.perf_counter()
     m = build_problem(inst, binaries="relaxed", bound=bound)
     w0 = init if init is not None else system.reference_solution(inst)
     load_solution(m, w0)
+    blocks = node_blocks(m)
+    names = list(blocks)
     if relax_init:
-        for blk in node_blocks(m).values():
+        for blk in blocks.values():
             for v in blk.Is.values():
                 v.set_value(1.0 / inst.S, skip_validation=True)
             for comp in ("Inb", "Ibn"):
@@ -263,200 +320,153 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
                     for v in getattr(blk, comp).values():
                         v.set_value((1.0 - assoc_bias) / inst.B + assoc_bias * float(v.value),
                                     skip_validation=True)
-    nlp = PyomoNLP(m)
-    variables = nlp.get_pyomo_variables()
-    n = len(variables)
-    x0 = np.asarray(nlp.get_primals(), float)
-    xlo = np.asarray(nlp.primals_lb(), float)
-    xhi = np.asarray(nlp.primals_ub(), float)
-
-    blocks = node_blocks(m)
-    node_names = list(blocks)
-    blk_index = {id(b): i for i, b in enumerate(blocks.values())}
-    node_of = np.array([blk_index[id(v.parent_block())] for v in variables], dtype=int)
+    # ---- every node's variables (its own and its copies)
+    variables, node_of = [], []
+    for d, blk in enumerate(blocks.values()):
+        vs = node_variables(blk)
+        variables.extend(vs)
+        node_of.extend([d] * len(vs))
+    node_of = np.array(node_of, dtype=np.int64)
     vindex = {id(v): i for i, v in enumerate(variables)}
-
-    cons = nlp.get_pyomo_constraints()
-    clb = np.asarray(nlp.constraints_lb(), float)
-    cub = np.asarray(nlp.constraints_ub(), float)
-    nlp.set_primals(x0)
-    jac0 = nlp.evaluate_jacobian().tocsr()
-    body0 = np.asarray(nlp.evaluate_constraints())
-
-    role = []
-    for c in cons:  # by container: m.consensus, blk.convex, blk.coupling (+ its forcing rows)
-        holder = c.parent_block().parent_block() if is_forcing(c) else c.parent_block()
-        if holder is m.consensus:
-            role.append("consensus")
-        elif holder.local_name in ("convex", "coupling") and holder.parent_block() is not m:
-            role.append(holder.local_name)
-        else:  # pragma: no cover - the model has no other constraint containers
-            raise ValueError(f"constraint {c.name} is in none of convex / coupling / consensus")
-    role = np.array(role)
-
-    # ---- scales: box width; an unbounded variable (delay epigraph) gets the largest change
-    # |J_ki| s_i / |J_kj| of the quantities it bounds in its coupling rows k at w^0 (so that
-    # its coefficient in u matches the largest other one), or |x0| if larger (floored); then
-    # constant over copies and groups
-    width = xhi - xlo
+    nv = len(variables)
+    # ---- shared variables: copy == owner (m.consensus); the rhs is the owner
+    owner_of = np.arange(nv)
+    for c in m.consensus.component_data_objects(pyo.Constraint, active=True):
+        lhs, rhs = c.expr.args
+        owner_of[vindex[id(lhs)]] = vindex[id(rhs)]
+    roots, comp_of = np.unique(owner_of, return_inverse=True)
+    n = len(roots)
+    comp_of_var = {id(v): int(comp_of[i]) for i, v in enumerate(variables)}
+    x0 = np.array([float(variables[r].value) for r in roots])
+    lo = np.full(n, -np.inf)
+    hi = np.full(n, np.inf)
+    for i, v in enumerate(variables):
+        lb, ub = v.bounds
+        k = comp_of[i]
+        if lb is not None:
+            lo[k] = max(lo[k], float(lb))
+        if ub is not None:
+            hi[k] = min(hi[k], float(ub))
+    # ---- convex constraints -> groups over shared variables (identical sets merged)
+    from pyomo.repn import generate_standard_repn
+    groups_raw: dict[frozenset, tuple] = {}
+    for d, (nm, blk) in enumerate(blocks.items()):
+        if not hasattr(blk, "convex"):
+            continue
+        for c in blk.convex.component_data_objects(pyo.Constraint, active=True):
+            r = generate_standard_repn(c.body)
+            coef = np.array(r.linear_coefs, float)
+            if not r.is_linear() or not (np.allclose(coef, coef[0]) and coef[0] > 0):
+                raise ValueError(f"convex constraint {c.name} is not a plain sum")
+            comps = tuple(comp_of_var[id(v)] for v in r.linear_vars)
+            key = frozenset(comps)
+            eq = c.equality
+            if not eq and c.has_lb():
+                raise ValueError(f"convex constraint {c.name} has a lower bound")
+            total = (float(pyo.value(c.upper)) - float(r.constant)) / coef[0]
+            prim_pref = all(node_of[roots[k]] == d for k in comps)
+            old = groups_raw.get(key)
+            if old is None or (prim_pref and not old[3]):
+                groups_raw[key] = (comps, total, eq, prim_pref, d, c.name)
+    in_group = np.full(n, -1)
+    primary = node_of[roots].copy()
+    for gi, (comps, total, eq, _pref, d, name) in enumerate(groups_raw.values()):
+        ca = np.array(comps)
+        if np.any(in_group[ca] >= 0):
+            raise ValueError(f"convex constraint {name} overlaps another one")
+        in_group[ca] = gi
+        primary[ca] = d
+    # ---- node providers
+    shares = _node_shares(m)
+    providers = []
+    for nm, blk in blocks.items():
+        rows = list(blk.coupling.component_data_objects(pyo.Constraint, active=True))
+        providers.append(NodeProvider(nm, shares[nm], rows, comp_of_var))
+    fsum = sum(pv.evaluate(x0[pv.comp])[0] for pv in providers)
+    fobj = float(pyo.value(m.obj))
+    if not abs(fsum - fobj) <= 1e-9 * max(1.0, abs(fobj)):
+        raise AssertionError(f"node objective shares add up to {fsum}, the model's J is {fobj}")
+    # ---- members: nodes holding a copy or reading a shared variable
+    need = [set() for _ in range(n)]
+    for i in range(nv):
+        need[comp_of[i]].add(int(node_of[i]))
+    for d, pv in enumerate(providers):
+        for k in pv.comp:
+            need[k].add(d)
+    for k in range(n):
+        need[k].add(int(primary[k]))
+    members = [np.array(sorted(s), dtype=np.int64) for s in need]
+    # ---- scales
+    K_rows = [len(pv.row_names) for pv in providers]
+    row_ptr = np.concatenate([[0], np.cumsum(K_rows)]).astype(np.int64)
+    K = int(row_ptr[-1])
+    evals = [pv.evaluate(x0[pv.comp]) for pv in providers]
+    rr = np.concatenate([pv.jrow + row_ptr[d] for d, pv in enumerate(providers)]).astype(np.int64)
+    cc = np.concatenate([pv.comp[pv.jcol] for pv in providers]).astype(np.int64)
+    dd = np.concatenate([e[3] for e in evals])
+    width = hi - lo
     bounded = np.isfinite(width) & (width > 0)
     scale = np.where(bounded, width, np.maximum(np.abs(x0), _SCALE_FLOOR))
-    coup_rows_ = np.flatnonzero(role == "coupling")
-    Jc = abs(jac0[coup_rows_]).tocsr()
     free = ~bounded
-    if free.any() and Jc.nnz:
-        contrib = Jc @ sp.diags(np.where(bounded, scale, 0.0))    # |J_ki| s_i, bounded i only
-        row_max = np.asarray(contrib.max(axis=1).todense()).ravel()
-        Jcoo = Jc.tocoo()
-        sel = free[Jcoo.col] & (Jcoo.data > 0)
+    if free.any() and len(dd):
+        contrib = np.abs(dd) * np.where(bounded[cc], scale[cc], 0.0)
+        row_max = np.zeros(K)
+        np.maximum.at(row_max, rr, contrib)
+        sel = free[cc] & (np.abs(dd) > 0)
         cand = np.zeros(n)
-        np.maximum.at(cand, Jcoo.col[sel], row_max[Jcoo.row[sel]] / Jcoo.data[sel])
+        np.maximum.at(cand, cc[sel], row_max[rr[sel]] / np.abs(dd[sel]))
         scale = np.where(free, np.maximum(scale, cand), scale)
-
-    cons_rows = np.flatnonzero(role == "consensus")
-    # copies: consensus rows are x_copy - x_owner = 0 (two nonzeros)
-    pairs = []
-    for r in cons_rows:
-        cols = jac0.indices[jac0.indptr[r]:jac0.indptr[r + 1]]
-        if len(cols) == 2:
-            pairs.append(cols)
-    comp = _union_find(n, np.array(pairs, dtype=int).reshape(-1, 2))
-
-    # ---- convex constraints -> projection groups
-    conv_rows = np.flatnonzero(role == "convex")
-    raw_groups = []
-    in_group = np.full(n, -1)
-    for gi, r in enumerate(conv_rows):
-        cols = jac0.indices[jac0.indptr[r]:jac0.indptr[r + 1]]
-        coef = jac0.data[jac0.indptr[r]:jac0.indptr[r + 1]]
-        a = float(coef[0])
-        if not (np.allclose(coef, a) and a > 0):
-            raise ValueError(f"convex constraint {cons[r].name} is not a plain sum (coefficients "
-                             f"{coef[:5]})")
-        if np.any(in_group[cols] >= 0):
-            raise ValueError(f"convex constraint {cons[r].name} overlaps another group")
-        if len(set(node_of[cols])) != 1:
-            raise ValueError(f"convex constraint {cons[r].name} spans several nodes")
-        in_group[cols] = gi
-        # constant part of the body: body = a * sum(x) + const
-        const = float(body0[r] - a * x0[cols].sum())
-        eq = np.isfinite(clb[r]) and np.isfinite(cub[r]) and clb[r] == cub[r]
-        if not eq and np.isfinite(clb[r]):
-            raise ValueError(f"convex constraint {cons[r].name} has a lower bound")
-        total = ((cub[r]) - const) / a
-        raw_groups.append((cols, total, eq, cons[r].name))
-    # group-constant scale (max over the group, then over copy components, iterate to a fixpoint)
-    for _ in range(3):
-        for cols, *_ in raw_groups:
-            scale[cols] = scale[cols].max()
-        cmax = np.zeros(n)
-        np.maximum.at(cmax, comp, scale)
-        scale = cmax[comp]
-
-    lo, hi = xlo / scale, xhi / scale
-    batches: dict[tuple[str, int], list] = {}
+    for _ in range(2):
+        for comps, *_ in groups_raw.values():
+            ca = np.array(comps)
+            scale[ca] = scale[ca].max()
+    ulo, uhi = lo / scale, hi / scale
+    batches: dict[tuple[bool, int], list] = {}
     counts: dict[str, int] = {"box": int(np.sum(in_group < 0))}
-    for cols, total, eq, name in raw_groups:
-        s = scale[cols[0]]
-        glo, ghi, tot = lo[cols], hi[cols], total / s
-        if eq:
-            kind = "simplex" if (np.all(glo == 0) and np.all(ghi >= tot)) else "capped_simplex"
-        else:
-            kind = "capped_le" if (np.all(glo == 0) and np.all(ghi >= tot)) else "knapsack"
+    for comps, total, eq, *_ in groups_raw.values():
+        ca = np.array(comps)
+        s = scale[ca[0]]
+        kind = "simplex" if eq else "knapsack"
         counts[kind] = counts.get(kind, 0) + 1
-        batches.setdefault((kind, len(cols)), []).append((cols, glo, ghi, tot))
-    groups = []
-    for (kind, _), rows in sorted(batches.items()):
-        groups.append(GroupBatch(kind=kind, idx=np.array([r[0] for r in rows], dtype=int),
-                                 lo=np.array([r[1] for r in rows]),
-                                 hi=np.array([r[2] for r in rows]),
-                                 total=np.array([r[3] for r in rows], dtype=float)))
-    # group id for the per-group step constant (box variables get their own id)
-    group_of = np.where(in_group >= 0, in_group, -1)
-    box = np.flatnonzero(group_of < 0)
-    group_of[box] = len(raw_groups) + np.arange(len(box))
-    n_groups = len(raw_groups) + len(box)
-
-    # ---- coupling rows C(w) <= 0, normalised at w^0
-    coup_rows = np.flatnonzero(role == "coupling")
-    sign = np.where(np.isfinite(cub[coup_rows]), 1.0, -1.0)
-    if np.any(np.isfinite(cub[coup_rows]) & np.isfinite(clb[coup_rows])):
-        raise ValueError("a coupling constraint has two finite bounds")
-    rhs = np.where(sign > 0, cub[coup_rows], clb[coup_rows])
-    Jc0 = sp.diags(sign) @ jac0[coup_rows] @ sp.diags(scale)
-    cnorm = np.sqrt(np.asarray(Jc0.multiply(Jc0).sum(axis=1)).ravel())
-    cnorm = np.where(cnorm > 1e-12, cnorm, 1.0)
-    coup_names = [cons[r].name for r in coup_rows]
-    coup_host = np.array([blk_index[id(constraint_host(cons[r]))] for r in coup_rows])
-    force_rows = np.array([i for i, r in enumerate(coup_rows) if is_forcing(cons[r])], dtype=int)
-
-    # ---- consensus rows G(w) = 0 (linear: fixed matrix)
-    Jg = jac0[cons_rows] @ sp.diags(scale)
-    gnorm = np.sqrt(np.asarray(Jg.multiply(Jg).sum(axis=1)).ravel())
-    gnorm = np.where(gnorm > 1e-12, gnorm, 1.0)
-    cons_rhs = cub[cons_rows]
-    A_G = (sp.diags(1.0 / gnorm) @ Jg).tocsr()
-    # body = J x + const  ->  G = (J x + const - rhs) / norm = A_G u - b_G
-    const_g = body0[cons_rows] - jac0[cons_rows] @ x0
-    b_G = (cons_rhs - const_g) / gnorm
-
-    st = BlockStructure(
-        inst=inst, bound=bound, model=m, nlp=nlp, node_names=node_names, node_of=node_of,
-        scale=scale, lo=lo, hi=hi, groups=groups, group_of=group_of, n_groups=n_groups,
-        coup_rows=coup_rows, coup_sign=sign, coup_rhs=rhs, coup_norm=cnorm, coup_host=coup_host,
-        coup_names=coup_names, cons_rows=cons_rows, cons_rhs=cons_rhs, cons_norm=gnorm,
-        A_G=A_G, b_G=b_G, force_rows=force_rows, group_counts=counts, u0=x0 / scale)
-    st.idx = _owner_indices(m, vindex)
-    st.coup_pattern = _coupling_pattern(nlp, coup_rows, sign)
+        batches.setdefault((eq, len(ca)), []).append((ca, ulo[ca], uhi[ca], total / s))
+    groups = [GroupBatch(eq=eq, idx=np.array([r[0] for r in rows]),
+                         lo=np.array([r[1] for r in rows]), hi=np.array([r[2] for r in rows]),
+                         total=np.array([r[3] for r in rows], float))
+              for (eq, _), rows in sorted(batches.items())]
+    # ---- Jacobian pattern (CSR over (row, shared variable); duplicates summed)
+    key = rr * n + cc
+    ukey, inv = np.unique(key, return_inverse=True)
+    jac_rows, jac_cols = (ukey // n).astype(np.int64), (ukey % n).astype(np.int64)
+    indptr = np.zeros(K + 1, dtype=np.int64)
+    np.add.at(indptr, jac_rows + 1, 1)
+    indptr = np.cumsum(indptr)
+    node_jac, pos = [], 0
+    for pv in providers:
+        node_jac.append(inv[pos:pos + len(pv.jrow)])
+        pos += len(pv.jrow)
+    a0 = np.bincount(inv, weights=dd, minlength=len(ukey)) * scale[jac_cols]
+    nrm = np.sqrt(np.bincount(jac_rows, weights=a0 * a0, minlength=K))
+    row_norm = np.where(nrm > 1e-10, nrm, 1.0)
+    row_names = [nm for pv in providers for nm in pv.row_names]
+    row_host = np.repeat(np.arange(len(providers)), K_rows)
+    force = np.flatnonzero(np.concatenate([pv.forcing for pv in providers]))
+    st = DecStructure(
+        inst=inst, bound=bound, model=m, node_names=names, providers=providers, n=n,
+        primary=primary, scale=scale, lo=ulo, hi=uhi, groups=groups, in_group=in_group >= 0,
+        members=members, row_host=row_host, row_names=row_names, row_norm=row_norm,
+        force_rows=force, jac_rows=jac_rows, jac_cols=jac_cols, jac_indptr=indptr,
+        node_jac=node_jac, row_ptr=row_ptr, x0=x0, group_counts=counts, n_copies=nv)
+    st.idx = _shared_indices(m, comp_of_var)
+    st._build_pad()
+    st.build_s = time.perf_counter() - t0
     return st
 
 
-def _coupling_pattern(nlp, coup_rows: np.ndarray, row_sign: np.ndarray) -> dict[str, np.ndarray]:
-    """Fixed CSR pattern of the coupling rows of PyNumero's COO Jacobian (explicit zeros kept:
-    e.g. the gradient 1 - 2 I of a forcing constraint vanishes at I = 1/2), with the
-    permutation from the COO entries to CSR order."""
-    jac = nlp.evaluate_jacobian()
-    pos = np.full(nlp.n_constraints(), -1)
-    pos[coup_rows] = np.arange(len(coup_rows))
-    mask = pos[jac.row] >= 0
-    r, c = pos[jac.row[mask]], jac.col[mask]
-    order = np.lexsort((c, r))
-    r, c = r[order], c[order]
-    if np.any((np.diff(r) == 0) & (np.diff(c) == 0)):
-        raise ValueError("duplicate Jacobian entries in PyNumero's COO output")
-    indptr = np.zeros(len(coup_rows) + 1, dtype=np.int64)
-    np.add.at(indptr, r + 1, 1)
-    indptr = np.cumsum(indptr)
-    return {"mask": mask, "perm": order, "indices": c.astype(np.int64), "indptr": indptr,
-            "rows": r.astype(np.int64), "row_sign": row_sign[r]}
-
-
-def _owner_indices(m, vindex: dict[int, int]) -> dict[str, Any]:
-    """u-indices of the owners' copies of every field of a RoundDecision (per round), and of all
-    copies of the indicators (last axis = copies)."""
-    inst = m._inst
-    T, N, B, S = inst.T, inst.N, inst.B, inst.S
-    ix = lambda v: vindex[id(v)]  # noqa: E731
-    out: dict[str, Any] = {k: [] for k in ("rho_nb", "rho_bs", "f", "z", "gamma_ue", "gamma_dc",
-                                           "m_ue", "m_dc", "R_bs")}
-    for t in range(T):
-        out["rho_nb"].append(np.array([[ix(m.ue[n].rho[t, b]) for b in range(B)] for n in range(N)]))
-        out["rho_bs"].append(np.array([[ix(m.bs[b].rho_bs[t, s]) for s in range(S)] for b in range(B)]))
-        out["f"].append(np.array([ix(m.ue[n].f[t]) for n in range(N)]))
-        out["z"].append(np.array([ix(m.dc[s].z[t]) for s in range(S)]))
-        out["gamma_ue"].append(np.array([ix(m.ue[n].gamma[t]) for n in range(N)]))
-        out["gamma_dc"].append(np.array([ix(m.dc[s].gamma[t]) for s in range(S)]))
-        out["m_ue"].append(np.array([ix(m.ue[n].m[t]) for n in range(N)]))
-        out["m_dc"].append(np.array([ix(m.dc[s].m[t]) for s in range(S)]))
-        out["R_bs"].append(np.array([[ix(m.bs[b].R[t, s]) for s in range(S)] for b in range(B)]))
-    blocks = list(node_blocks(m).values())
-    out["Is_all"] = np.array([[[ix(blk.Is[t, s]) for blk in blocks] for s in range(S)]
-                              for t in range(T)])                                  # [T,S,V]
-    out["Inb_all"] = np.array([[[[ix(m.ue[n].Inb[t, b])] for b in range(B)] for n in range(N)]
-                               for t in range(T)])                                 # [T,N,B,1]
-    out["Ibn_all"] = np.array([[[[ix(m.ue[n].Ibn[t, b]), ix(m.bs[b].Ibn[t, n])] for b in range(B)]
-                                for n in range(N)] for t in range(T)])             # [T,N,B,2]
-    return out
+def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
+    """Shared-variable indices of every field of a RoundDecision (per round) and of the
+    indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B]): the codec's `VariableIndex`."""
+    vi = VariableIndex.build(m, comp_of_var)
+    return {**vi.fields, **{k: np.array(v) for k, v in vi.indicators.items()}}
 
 
 # ------------------------------------------------------------------------------ Alg. 1
@@ -464,82 +474,105 @@ def _owner_indices(m, vindex: dict[int, int]) -> dict[str, Any]:
 class OuterRecord:
     """What one outer iteration produced (the trace row is built from it)."""
     it: int
+    phase: str
     u: np.ndarray            # w^l (before the update)
-    lin: Linearisation       # J, C, G at w^l
-    u_hat: np.ndarray        # PD solution of the surrogate
-    surrogate: float         # J~(u_hat; u^l)
-    step_inf: float          # ||u^{l+1} - u^l||_inf (0 when the step was rejected)
+    lin: Linearisation       # J, C at w^l
+    u_hat: np.ndarray        # solution of the surrogate
+    step_inf: float          # ||u_hat - u^l||_inf
+    violation: float         # max scaled C_k(w^{l+1})^+ over non-forcing rows
+    forcing: float           # max sum I (1 - I) at w^{l+1}
+    rho: float               # forcing penalty weight of this surrogate
     inner: dict[str, Any]
     rejected: bool = False
-    L_raised: int = 0        # rows whose L_k was raised after this step
+    L_raised: int = 0
 
 
-def run_sca(st: BlockStructure, inner, *, zeta: float, lambda1: float, L_C: float,
-            max_outer: int, tol: float, lin0: Linearisation | None = None, callback=None,
-            adapt_L: bool = True, reject_tol: float = 1e-3, force_after: int = 0
-            ) -> tuple[np.ndarray, list[OuterRecord], str, np.ndarray]:
-    """Alg. 1: u^{l+1} = u^l + zeta (u_hat(u^l) - u^l) until ||u^{l+1} - u^l||_inf <= tol
-    (scaled units) or `max_outer` iterations. `inner(lin, L) -> (u_hat, stats)` solves the
-    surrogate (Alg. 2) with per-row prox weights L (normalised units).
+def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "relaxed",
+            max_outer: int | None = None, global_max: Callable[[np.ndarray], float] | None = None,
+            linearise: Callable[[np.ndarray], Linearisation] | None = None,
+            curvature: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+            callback: Callable[[OuterRecord], Any] | None = None
+            ) -> tuple[np.ndarray, list[OuterRecord], str]:
+    """Alg. 1 on `st` from u0. phase "relaxed": indicators in [0, 1]; the forcing rows
+    sum I (1 - I) <= 0 enter from outer iteration `force_after` on as a penalty rho * C_k with
+    rho growing by `rho_growth` per iteration (concave rows: their linearisation is an upper
+    bound, so the penalised surrogate still majorises), until every indicator is binary.
+    phase "fixed": the indicators are fixed by the caller (bounds), forcing rows left out.
 
-    L_C and the upper-bound property. The paper's C~ upper-bounds C when L_C is a Lipschitz
-    constant of grad C; with 1/f, 1/z, 1/R terms no finite global constant exists near the
-    floors. Each row k starts at L_k = L_C (normalised at w^0) and, when the true C_k(u^{l+1})
-    exceeds C~_k(u^{l+1}; u^l) (`adapt_L`), L_k is raised to max(2 L_k, 1.5 L_needed) with
-    L_needed the smallest value that would have made C~_k an upper bound at that point. If the
-    miss exceeds `reject_tol` (normalised units) and the step increased the maximum violation,
-    the step is rejected and the surrogate is re-solved at the same w^l with the raised L.
-
-    force_after: the binary-forcing rows (sum I(1 - I) <= 0) are left out of the surrogates of
-    the first `force_after` outer iterations (0: from the start, as in the paper), so that the
-    indicators first move with the continuous variables in the plain relaxation I in [0, 1].
-
-    `callback(record)` is called after every outer iteration; returning True stops.
-    Returns (final u, records, reason, L in raw units) with reason 'converged', 'max_outer' or
-    'stopped'."""
-    if not 0.0 < zeta <= 1.0:
-        raise ValueError(f"zeta must be in (0, 1], got {zeta}")
-    u = st.u0.copy()
+    Each surrogate: objective linearised + lambda1/2 |du|^2; non-forcing rows linearised +
+    L_k/2 |du_{S_k}|^2, solved by `inner.solve` to a tolerance tightened with the step.
+    L_k is raised (x2, or 1.5x what would have made C~_k an upper bound at the new point) when
+    the surrogate missed row k, and the step is rejected if that left the row violated beyond
+    viol_tol and worse than before; L_k decays by 0.7 per iteration otherwise (floor L_C/100).
+    Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol, scaled violation <= viol_tol and (phase
+    relaxed) every indicator binary; else "max_outer". global_max(per-row values) -> float:
+    the max over all hosts (a message-passing max in the decentralised method)."""
+    k = consts
+    K = st.n_rows
+    max_outer = k.max_outer if max_outer is None else max_outer
+    gmax = global_max or (lambda v: float(np.max(v, initial=0.0)))
+    lin_fn = linearise or st.linearise
+    curv = curvature or st.curvature
+    force = np.zeros(K, dtype=bool)
+    force[st.force_rows] = True
+    free = ~force
+    L = np.where(force, 0.0, float(k.L_C))
+    base_q = np.full(st.n, float(k.lambda1))
+    q = base_q.copy()
+    u = u0.copy()
+    lin = lin_fn(u)
     records: list[OuterRecord] = []
     reason = "max_outer"
-    lin = lin0 if lin0 is not None else st.linearise(u)
-    pat = st.coup_pattern
-    Bpat = sp.csr_matrix((np.ones(len(pat["indices"])), pat["indices"], pat["indptr"]),
-                         shape=(len(st.coup_rows), st.n))
-    L_raw = np.full(len(st.coup_rows), float(L_C)) * lin.row_scale
-    active = np.ones(len(st.coup_rows), dtype=bool)
+    rho = 0.0
+    forcing_prev = np.inf
+    tol_in = 1e-4
+    fnorm = st.row_norm[force]
     for it in range(max_outer):
-        active[st.force_rows] = it >= force_after
-        u_hat, stats = inner(lin, L_raw / lin.row_scale, active)
-        u_next = u + zeta * (u_hat - u)
-        step = float(np.max(np.abs(u_next - u), initial=0.0))
-        lin_next = st.linearise(u_next, prev=lin)
-        raised, rejected = 0, False
-        if adapt_L and len(L_raw):
-            du = u_next - u
-            q = Bpat @ (du * du)
-            lin_part = lin.c_raw + (lin.A_C @ du) * lin.row_scale
-            miss = lin_next.c_raw - (lin_part + 0.5 * L_raw * q)
-            bad = (miss > 1e-9 * (1.0 + np.abs(lin.c_raw))) & (q > 0)
-            if bad.any():
-                need = 2.0 * (lin_next.c_raw[bad] - lin_part[bad]) / q[bad]
-                L_raw[bad] = np.maximum(2.0 * L_raw[bad], 1.5 * need)
-                raised = int(bad.sum())
-                worst = float(np.max(miss[bad] / lin_next.row_scale[bad]))
-                rejected = (worst > reject_tol
-                            and lin_next.max_violation() > lin.max_violation() + reject_tol)
-        rec = OuterRecord(it=it, u=u, lin=lin, u_hat=u_hat,
-                          surrogate=lin.surrogate_objective(u_hat, lambda1),
-                          step_inf=0.0 if rejected else step, inner=stats, rejected=rejected,
+        forcing_on = phase == "relaxed" and it >= k.force_after
+        if forcing_on:   # grows while an indicator is fractional, capped at rho_max
+            rho = k.rho0 if rho == 0.0 else min(rho * (k.rho_growth if forcing_prev > 1e-9
+                                                       else 1.0), k.rho_max)
+        fixed = np.where(force, rho, 0.0)
+        if k.curvature:
+            h = curv(u, np.where(free, inner.lam, fixed))
+            q = base_q + np.maximum(h, 0.0)
+        u_hat, stats = inner.solve(lin, q, L, free, fixed, tol_in)
+        d = u_hat - u
+        step = float(np.max(np.abs(d), initial=0.0))
+        u_next = u + k.zeta * d
+        lin_next = lin_fn(u_next)
+        # ---- L_k: upper-bound check of the non-forcing rows at the new point
+        du = u_next - u
+        dcol = du[st.jac_cols]
+        lin_part = lin.c + np.bincount(st.jac_rows, weights=lin.a * dcol, minlength=K)
+        quad = np.bincount(st.jac_rows, weights=dcol * dcol, minlength=K)
+        miss = lin_next.c - (lin_part + 0.5 * L * quad)
+        bad = free & (miss > 1e-12 * (1.0 + np.abs(lin.c))) & (quad > 0)
+        raised = int(bad.sum())
+        if raised:
+            need = 2.0 * (lin_next.c[bad] - lin_part[bad]) / quad[bad]
+            L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), 1e6)
+        L = np.where(free & ~bad, np.maximum(0.7 * L, k.L_C / 100.0), L)
+        viol_next = gmax(np.where(free, np.maximum(lin_next.c, 0.0), 0.0))
+        viol_now = gmax(np.where(free, np.maximum(lin.c, 0.0), 0.0))
+        rejected = bool(raised) and viol_next > max(k.viol_tol, viol_now)
+        forcing = gmax(np.where(force, np.maximum(lin_next.c, 0.0), 0.0) *
+                       np.where(force, st.row_norm, 0.0)) if len(fnorm) else 0.0
+        rec = OuterRecord(it=it, phase=phase, u=u, lin=lin, u_hat=u_hat, step_inf=step,
+                          violation=viol_now if rejected else viol_next,
+                          forcing=forcing, rho=rho, inner=stats, rejected=rejected,
                           L_raised=raised)
         records.append(rec)
+        forcing_prev = forcing
         stop = callback(rec) if callback is not None else False
+        tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step))
         if not rejected:
             u, lin = u_next, lin_next
-            if step <= tol and it >= force_after:
+            binary_ok = phase != "relaxed" or (forcing_on and forcing <= 1e-9)
+            if step <= k.outer_tol and viol_next <= k.viol_tol and binary_ok:
                 reason = "converged"
                 break
         if stop:
             reason = "stopped"
             break
-    return u, records, reason, L_raw
+    return u, records, reason

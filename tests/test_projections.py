@@ -35,7 +35,7 @@ from cefl_opt.solvers.projections import (  # noqa: E402
     project_box,
     project_capped_simplex,
     project_knapsack,
-    project_rows,
+    project_weighted,
     project_simplex,
 )
 
@@ -383,16 +383,31 @@ def test_infeasible_inputs_raise():
                                   np.clip(Xr, 0.0, 0.2))
 
 
-def test_project_rows_dispatch():
-    rng = np.random.default_rng(17)
-    X = rng.normal(size=(30, 5))
-    np.testing.assert_array_equal(project_rows("box", X, lo=0.0, hi=1.0), np.clip(X, 0, 1))
-    np.testing.assert_array_equal(project_rows("simplex", X, total=2.0), project_simplex(X, 2.0))
-    np.testing.assert_array_equal(project_rows("capped_simplex", X, lo=0.0, hi=0.5, total=1.0),
-                                  project_capped_simplex(X, 0.0, 0.5, 1.0, True))
-    np.testing.assert_array_equal(project_rows("knapsack_le", X, lo=0.0, hi=0.5, total=1.0),
-                                  project_capped_simplex(X, 0.0, 0.5, 1.0, False))
-    with pytest.raises(ValueError, match="unknown projection"):
-        project_rows("ball", X)
-    with pytest.raises(ValueError, match="bad parameters"):
-        project_rows("simplex", X, radius=1.0)
+@pytest.mark.parametrize("equality", [True, False])
+def test_weighted_projection_satisfies_kkt_and_reduces_to_unweighted(equality):
+    rng = np.random.default_rng(23)
+    X = rng.normal(0, 2, size=(200, 6))
+    lo = rng.uniform(-1.0, 0.0, size=X.shape)
+    hi = lo + rng.uniform(0.1, 2.0, size=X.shape)
+    total = rng.uniform(lo.sum(axis=1), hi.sum(axis=1))
+    # equal weights: the Euclidean projection
+    np.testing.assert_allclose(project_weighted(X, 1.0, lo, hi, total, equality),
+                               project_capped_simplex(X, lo, hi, total, equality), atol=1e-12)
+    W = rng.uniform(0.05, 5.0, size=X.shape)
+    Y = project_weighted(X, W, lo, hi, total, equality)
+    assert np.all(Y >= lo - 1e-12) and np.all(Y <= hi + 1e-12)
+    sums = Y.sum(axis=1)
+    assert np.all(sums <= total + 1e-10)
+    if equality:
+        np.testing.assert_allclose(sums, total, atol=1e-10)
+    # KKT: (x - y)/w = mu on free coordinates (one mu per row), >= mu at lo, <= mu at hi
+    g = (X - Y) / W
+    free = (Y > lo + 1e-9) & (Y < hi - 1e-9)
+    for r in range(len(X)):
+        if free[r].any():
+            mu = g[r, free[r]].mean()
+            np.testing.assert_allclose(g[r, free[r]], mu, atol=1e-9)
+            assert np.all(g[r, Y[r] <= lo[r] + 1e-9] <= mu + 1e-9)
+            assert np.all(g[r, Y[r] >= hi[r] - 1e-9] >= mu - 1e-9)
+            if not equality:
+                assert mu >= -1e-9

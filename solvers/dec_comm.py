@@ -1,0 +1,401 @@
+"""Message passing of the decentralised solver: the one place where network nodes talk.
+
+Every inter-node communication of `--method decentralized` goes through a `Comm` object built on
+the instance's communication graph (`inst.graph()`). Nodes are numbered 0..V-1 in the solver's
+node order (`models.node_blocks`: ue0.., bs0.., dc0..); a message is only ever sent from a node
+to one of its graph neighbours. Quantities whose holders are not adjacent are *relayed* along a
+shortest path of the graph, and every hop is a counted message.
+
+Shared quantities and relay trees (`RelayPlan`)
+-----------------------------------------------
+A plan describes a family of Q shared quantities (e.g. every shared primal variable): quantity
+q has a *root* (the node that owns it) and *members* (the nodes that need it). `build_plan`
+joins the BFS shortest paths from the root to every member into a tree (members that are not
+adjacent to the root are reached through relay nodes). The plan stores one *entry* per
+(quantity, tree node), sorted by node, so node d's entries are the slice
+`entry_ptr[d]:entry_ptr[d+1]` of any entry-indexed array: that slice is all node d holds.
+Two collectives run on a plan:
+
+* `broadcast(plan, root_values)`: the root's value reaches every tree node (root -> leaves,
+  one exchange round per tree level);
+* `reduce(plan, entry_values)`: the sum over the tree's entries reaches the root (leaves ->
+  root, each node adds its children's partial sums to its own value before forwarding).
+
+Interface for backends (what an MPI backend implements)
+-------------------------------------------------------
+`Comm.exchange(outboxes) -> inboxes` is the only primitive: one synchronous round in which
+node d sends `outboxes[d][e]` (a 1-D float64 array) to each neighbour e; it returns
+`inboxes[e][d]`. It raises `ValueError` for a message to a non-neighbour. `Comm.broadcast` and
+`Comm.reduce` are implemented generically on top of `exchange` (`Comm._broadcast_rounds`,
+`Comm._reduce_rounds`, using the per-level edge index arrays `plan.down` / `plan.up`), so a
+backend that implements `exchange` (and `local_nodes`: the nodes whose entries this process
+holds) gets both collectives. An mpi4py backend maps nodes to ranks (keeping graph neighbours
+together), builds a distributed-graph communicator over the rank graph
+(`Create_dist_graph_adjacent`) and implements `exchange` with one `neighbor_alltoallv` per
+round (messages between nodes on the same rank stay local); entry arrays then hold only the
+entries of `local_nodes` (in node order). Backends may add partial sums in different orders,
+so results agree to rounding (the solver's objective to ~1e-12 relative), not bit for bit.
+
+`LocalComm` (all nodes in one process) overrides both collectives with vectorised numpy
+(gather / bincount over the entries: the same sums) and charges the messages the generic rounds
+would send. It is checked against the generic rounds in `tests/test_decentralized.py`.
+
+Accounting (`Comm.counter`)
+---------------------------
+Per node: messages sent and bytes sent (8 bytes per float; a message is one (directed edge,
+round) pair that carries at least one value; no header bytes). `snapshot()` returns and resets
+the per-node counters; the solver takes one snapshot per outer iteration.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["DisconnectedGraphError", "RelayPlan", "build_plan", "Comm", "LocalComm",
+           "graph_adjacency"]
+
+FLOAT_BYTES = 8
+
+
+class DisconnectedGraphError(ValueError):
+    """The communication graph does not connect the holders of a shared quantity."""
+
+
+def graph_adjacency(graph, node_names: Sequence[str]) -> list[np.ndarray]:
+    """Sorted neighbour indices of every node (self-loops dropped); names as in `node_names`."""
+    index = {nm: i for i, nm in enumerate(node_names)}
+    missing = [nm for nm in node_names if nm not in graph]
+    extra = [nm for nm in graph.nodes if nm not in index]
+    if missing or extra:
+        raise ValueError(f"communication graph does not match the network nodes (missing "
+                         f"{missing[:5]}, unknown {extra[:5]})")
+    adj: list[set[int]] = [set() for _ in node_names]
+    for a, b in graph.edges():
+        if a != b:
+            adj[index[a]].add(index[b])
+            adj[index[b]].add(index[a])
+    return [np.array(sorted(s), dtype=np.int64) for s in adj]
+
+
+def check_connected(adj: list[np.ndarray], node_names: Sequence[str]) -> None:
+    """Raise DisconnectedGraphError naming the nodes that node 0 cannot reach."""
+    if not adj:
+        return
+    seen = np.zeros(len(adj), dtype=bool)
+    seen[0] = True
+    dq = deque([0])
+    while dq:
+        a = dq.popleft()
+        for b in adj[a]:
+            if not seen[b]:
+                seen[b] = True
+                dq.append(int(b))
+    if not seen.all():
+        cut = [node_names[i] for i in np.flatnonzero(~seen)]
+        raise DisconnectedGraphError(
+            f"the communication graph is not connected: {len(cut)} node(s) cannot be reached "
+            f"from {node_names[0]} ({', '.join(cut[:8])}{' ...' if len(cut) > 8 else ''}); "
+            "consensus cannot reach every node")
+
+
+def _bfs_parents(adj: list[np.ndarray], root: int) -> np.ndarray:
+    parent = np.full(len(adj), -2, dtype=np.int64)
+    parent[root] = -1
+    dq = deque([root])
+    while dq:
+        a = dq.popleft()
+        for b in adj[a]:          # sorted: ties go to the smallest index, deterministic
+            if parent[b] == -2:
+                parent[b] = a
+                dq.append(int(b))
+    return parent
+
+
+@dataclass
+class RelayPlan:
+    """Relay trees of Q shared quantities (module docstring). Entry arrays are sorted by node."""
+    n_nodes: int
+    n_quantities: int
+    entry_q: np.ndarray          # (E,) quantity of each entry
+    entry_node: np.ndarray       # (E,) node holding it
+    entry_member: np.ndarray     # (E,) bool: the node needs q (False: a relay only)
+    entry_ptr: np.ndarray        # (V+1,) node d's entries: entry_ptr[d]:entry_ptr[d+1]
+    root_entry: np.ndarray       # (Q,) entry index of q's root
+    parent_entry: np.ndarray     # (E,) entry of the parent on q's tree (-1 at the root)
+    depth: np.ndarray            # (E,) hops from the root
+    # per level l = 1..max depth: the tree edges (parent entry, child entry) at that level
+    levels: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # per-node messages / bytes of one broadcast (down) and of one reduce (up)
+    down_msgs: np.ndarray | None = None
+    down_bytes: np.ndarray | None = None
+    up_msgs: np.ndarray | None = None
+    up_bytes: np.ndarray | None = None
+    edges: set[tuple[int, int]] = field(default_factory=set)   # undirected tree edges used
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.levels)
+
+    def member_entries(self) -> np.ndarray:
+        return np.flatnonzero(self.entry_member)
+
+
+def build_plan(adj: list[np.ndarray], roots: np.ndarray, members: Sequence[np.ndarray],
+               node_names: Sequence[str] | None = None) -> RelayPlan:
+    """Relay trees for quantities with owners `roots[q]` and the nodes `members[q]` needing
+    them (the root is always a member). Quantities with the same root and member set share one
+    tree. Raises DisconnectedGraphError when a member cannot be reached from its root."""
+    V = len(adj)
+    names = list(node_names) if node_names is not None else [str(i) for i in range(V)]
+    roots = np.asarray(roots, dtype=np.int64)
+    Q = len(roots)
+    parents: dict[int, np.ndarray] = {}
+    sig_index: dict[tuple, int] = {}
+    sig_trees: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    sig_of = np.empty(Q, dtype=np.int64)
+    for q in range(Q):
+        r = int(roots[q])
+        mem = tuple(sorted(set(int(x) for x in members[q]) | {r}))
+        key = (r, mem)
+        s = sig_index.get(key)
+        if s is None:
+            if r not in parents:
+                parents[r] = _bfs_parents(adj, r)
+            par = parents[r]
+            tree_par: dict[int, int] = {r: -1}
+            for d in mem:
+                if par[d] == -2:
+                    raise DisconnectedGraphError(
+                        f"the communication graph is not connected: {names[d]} cannot be "
+                        f"reached from {names[r]}; consensus cannot reach every node")
+                a = d
+                while a not in tree_par:
+                    tree_par[a] = int(par[a])
+                    a = int(par[a])
+            tnodes = np.array(sorted(tree_par), dtype=np.int64)
+            tpar = np.array([tree_par[a] for a in tnodes], dtype=np.int64)
+            depth = np.zeros(len(tnodes), dtype=np.int64)
+            pos = {a: i for i, a in enumerate(tnodes)}
+            for i, a in enumerate(tnodes):
+                k, b = 0, a
+                while tree_par[b] != -1:
+                    b, k = tree_par[b], k + 1
+                depth[i] = k
+            is_mem = np.isin(tnodes, np.array(mem))
+            ppos = np.array([pos[p] if p >= 0 else -1 for p in tpar], dtype=np.int64)
+            s = len(sig_trees)
+            sig_index[key] = s
+            sig_trees.append((tnodes, ppos, depth, is_mem))
+        sig_of[q] = s
+    # entries: for every quantity, one per node of its tree
+    sizes = np.array([len(sig_trees[s][0]) for s in sig_of], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(sizes)])
+    E = int(start[-1])
+    e_q = np.repeat(np.arange(Q), sizes)
+    e_node = np.empty(E, dtype=np.int64)
+    e_par_local = np.empty(E, dtype=np.int64)
+    e_depth = np.empty(E, dtype=np.int64)
+    e_mem = np.empty(E, dtype=bool)
+    for s, (tnodes, ppos, depth, is_mem) in enumerate(sig_trees):
+        qs = np.flatnonzero(sig_of == s)
+        if not len(qs):
+            continue
+        k = len(tnodes)
+        idx = (start[qs][:, None] + np.arange(k)[None, :]).ravel()
+        e_node[idx] = np.tile(tnodes, len(qs))
+        e_par_local[idx] = np.where(np.tile(ppos, len(qs)) >= 0,
+                                    (start[qs][:, None] + np.maximum(ppos, 0)[None, :]).ravel(),
+                                    -1)
+        e_depth[idx] = np.tile(depth, len(qs))
+        e_mem[idx] = np.tile(is_mem, len(qs))
+    # sort entries by (node, quantity): node d's entries are contiguous
+    order = np.lexsort((e_q, e_node))
+    inv = np.empty(E, dtype=np.int64)
+    inv[order] = np.arange(E)
+    e_q, e_node, e_depth, e_mem = e_q[order], e_node[order], e_depth[order], e_mem[order]
+    par = e_par_local[order]
+    par = np.where(par >= 0, inv[np.maximum(par, 0)], -1)
+    ptr = np.zeros(V + 1, dtype=np.int64)
+    np.add.at(ptr, e_node + 1, 1)
+    ptr = np.cumsum(ptr)
+    root_entry = np.empty(Q, dtype=np.int64)
+    is_root = par < 0
+    root_entry[e_q[is_root]] = np.flatnonzero(is_root)
+    plan = RelayPlan(n_nodes=V, n_quantities=Q, entry_q=e_q, entry_node=e_node,
+                     entry_member=e_mem, entry_ptr=ptr, root_entry=root_entry,
+                     parent_entry=par, depth=e_depth)
+    maxd = int(e_depth.max(initial=0))
+    for lev in range(1, maxd + 1):
+        child = np.flatnonzero(e_depth == lev)
+        # order by (child node, parent node, quantity) for a deterministic message layout
+        pe = par[child]
+        o = np.lexsort((e_q[child], e_node[pe], e_node[child]))
+        plan.levels.append((pe[o], child[o]))
+    _account(plan, adj)
+    return plan
+
+
+def _account(plan: RelayPlan, adj: list[np.ndarray]) -> None:
+    """Messages and bytes per node of one broadcast / one reduce; checks every tree edge."""
+    V = plan.n_nodes
+    nb = [set(a.tolist()) for a in adj]
+    dm, db = np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64)
+    um, ub = np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64)
+    for pe, ce in plan.levels:
+        src, dst = plan.entry_node[pe], plan.entry_node[ce]
+        for a, b in set(zip(src.tolist(), dst.tolist())):
+            if b not in nb[a]:
+                raise AssertionError(f"relay tree edge {a}-{b} is not a graph edge")
+            plan.edges.add((min(a, b), max(a, b)))
+        pair = src * V + dst
+        uniq, cnt = np.unique(pair, return_counts=True)
+        np.add.at(dm, uniq // V, 1)               # down: parent sends to child
+        np.add.at(db, uniq // V, FLOAT_BYTES * cnt)
+        np.add.at(um, uniq % V, 1)                # up: child sends to parent
+        np.add.at(ub, uniq % V, FLOAT_BYTES * cnt)
+    plan.down_msgs, plan.down_bytes, plan.up_msgs, plan.up_bytes = dm, db, um, ub
+
+
+class Comm:
+    """Message passing over a communication graph (module docstring). Subclasses implement
+    `exchange` (and may override the collectives with faster equivalents)."""
+
+    backend = "abstract"
+
+    def __init__(self, graph, node_names: Sequence[str]):
+        self.node_names = list(node_names)
+        self.adj = graph_adjacency(graph, self.node_names)
+        check_connected(self.adj, self.node_names)
+        self._nb = [set(a.tolist()) for a in self.adj]
+        V = len(self.node_names)
+        self.msgs = np.zeros(V, dtype=np.int64)
+        self.bytes = np.zeros(V, dtype=np.int64)
+        self.total_msgs = 0
+        self.total_bytes = 0
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+    def local_nodes(self) -> np.ndarray:
+        """Nodes whose entries this process holds (all of them for the local backend)."""
+        return np.arange(self.n_nodes)
+
+    def plan(self, roots: np.ndarray, members: Sequence[np.ndarray]) -> RelayPlan:
+        return build_plan(self.adj, roots, members, self.node_names)
+
+    # ---------------------------------------------------------------- the primitive
+    def exchange(self, outboxes: dict[int, dict[int, np.ndarray]]
+                 ) -> dict[int, dict[int, np.ndarray]]:
+        raise NotImplementedError
+
+    def _check_and_count(self, outboxes: dict[int, dict[int, np.ndarray]]) -> None:
+        for a, box in outboxes.items():
+            for b, payload in box.items():
+                if b not in self._nb[a]:
+                    raise ValueError(f"message from {self.node_names[a]} to "
+                                     f"{self.node_names[b]}: not a graph neighbour")
+                n = int(np.size(payload))
+                if n:
+                    self.msgs[a] += 1
+                    self.bytes[a] += FLOAT_BYTES * n
+
+    # ---------------------------------------------------------------- collectives
+    def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """Entry-indexed array with every entry set to its quantity's root value (a second
+        axis, if any, travels in the same messages)."""
+        return self._broadcast_rounds(plan, root_values)
+
+    def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
+        """(Q,) sums (op="sum") or maxima (op="max") of `entry_values` over each quantity's
+        tree, delivered at the root. Arrays may have a second axis (several values per entry,
+        sent in the same messages)."""
+        return self._reduce_rounds(plan, entry_values, op)
+
+    def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        rv = np.asarray(root_values, float)
+        vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])
+        vals[plan.root_entry] = rv
+        for pe, ce in plan.levels:
+            pairs, sels = _edge_pairs(plan.entry_node[pe], plan.entry_node[ce])
+            out: dict[int, dict[int, np.ndarray]] = {}
+            for (a, b), sel in zip(pairs, sels):
+                out.setdefault(a, {})[b] = vals[pe[sel]].ravel()
+            inbox = self.exchange(out)
+            for (a, b), sel in zip(pairs, sels):
+                vals[ce[sel]] = inbox[b][a].reshape(vals[ce[sel]].shape)
+        return vals
+
+    def _reduce_rounds(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum"
+                       ) -> np.ndarray:
+        part = np.asarray(entry_values, float).copy()
+        for pe, ce in reversed(plan.levels):
+            pairs, sels = _edge_pairs(plan.entry_node[ce], plan.entry_node[pe])  # child -> parent
+            out: dict[int, dict[int, np.ndarray]] = {}
+            for (a, b), sel in zip(pairs, sels):
+                out.setdefault(a, {})[b] = part[ce[sel]].ravel()
+            inbox = self.exchange(out)
+            for (a, b), sel in zip(pairs, sels):
+                got = inbox[b][a].reshape(part[ce[sel]].shape)
+                if op == "sum":
+                    np.add.at(part, pe[sel], got)
+                else:
+                    np.maximum.at(part, pe[sel], got)
+        return part[plan.root_entry]
+
+    # ---------------------------------------------------------------- accounting
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-node (messages, bytes) sent since the last snapshot; resets the counters."""
+        m, b = self.msgs.copy(), self.bytes.copy()
+        self.total_msgs += int(m.sum())
+        self.total_bytes += int(b.sum())
+        self.msgs[:] = 0
+        self.bytes[:] = 0
+        return m, b
+
+
+class LocalComm(Comm):
+    """All nodes in one process: `exchange` delivers directly; the collectives are vectorised
+    (same sums as the generic rounds) and charge the messages those rounds send."""
+
+    backend = "local"
+
+    def exchange(self, outboxes):
+        self._check_and_count(outboxes)
+        inbox: dict[int, dict[int, np.ndarray]] = {}
+        for a, box in outboxes.items():
+            for b, payload in box.items():
+                inbox.setdefault(b, {})[a] = np.array(payload, dtype=float, copy=True)
+        return inbox
+
+    def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        return rv[plan.entry_q]
+
+    def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
+        ev = np.asarray(entry_values, float)
+        self._charge(plan.up_msgs, plan.up_bytes, ev)
+        if op == "max":
+            out = np.full((plan.n_quantities,) + ev.shape[1:], -np.inf)
+            np.maximum.at(out, plan.entry_q, ev)
+            return out
+        if ev.ndim == 1:
+            return np.bincount(plan.entry_q, weights=ev, minlength=plan.n_quantities)
+        m = ev.shape[1]
+        flat = (plan.entry_q[:, None] * m + np.arange(m)[None, :]).ravel()
+        return np.bincount(flat, weights=ev.ravel(),
+                           minlength=plan.n_quantities * m).reshape(plan.n_quantities, m)
+
+    def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
+        self.msgs += msgs
+        self.bytes += nbytes * (int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
+
+
+def _edge_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """Distinct (src, dst) node pairs in increasing order and the entry mask of each."""
+    pairs = sorted(set(zip(src.tolist(), dst.tolist())))
+    return pairs, [(src == a) & (dst == b) for a, b in pairs]

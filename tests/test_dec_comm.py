@@ -1,0 +1,71 @@
+"""The message-passing layer of the decentralised solver (`solvers/dec_comm.py`)."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers.dec_comm import Comm, DisconnectedGraphError, LocalComm
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "paper"])
+def test_vectorised_collectives_equal_the_message_rounds(preset):
+    inst = make_instance(preset, seed=3)
+    g = inst.graph()
+    names = list(g.nodes)
+    comm = LocalComm(g, names)
+    rng = np.random.default_rng(1)
+    V, Q = len(names), 40
+    roots = rng.integers(0, V, Q)
+    members = [rng.choice(V, size=int(rng.integers(1, V + 1)), replace=False) for _ in range(Q)]
+    plan = comm.plan(roots, members)
+    # every tree edge is a graph edge; every member and root holds an entry of its quantity
+    assert all(g.has_edge(names[a], names[b]) for a, b in plan.edges)
+    for q in range(Q):
+        held = set(plan.entry_node[plan.entry_q == q].tolist())
+        assert set(members[q].tolist()) | {int(roots[q])} <= held
+    rv = rng.normal(size=Q)
+    comm.snapshot()
+    fast = comm.broadcast(plan, rv)
+    m_fast, b_fast = comm.snapshot()
+    slow = Comm._broadcast_rounds(comm, plan, rv)
+    m_slow, b_slow = comm.snapshot()
+    assert np.array_equal(fast, slow) and np.array_equal(fast, rv[plan.entry_q])
+    assert np.array_equal(m_fast, m_slow) and np.array_equal(b_fast, b_slow)
+    ev = rng.normal(size=len(plan.entry_q))
+    red = comm.reduce(plan, ev)
+    m_fast, b_fast = comm.snapshot()
+    red2 = Comm._reduce_rounds(comm, plan, ev)
+    m_slow, b_slow = comm.snapshot()
+    truth = np.array([ev[plan.entry_q == q].sum() for q in range(Q)])
+    assert np.allclose(red, truth, rtol=0, atol=1e-12) and np.allclose(red2, truth, atol=1e-12)
+    assert np.array_equal(m_fast, m_slow) and np.array_equal(b_fast, b_slow)
+
+
+def test_exchange_refuses_a_non_neighbour_and_counts():
+    g = nx.path_graph(["a", "b", "c"])
+    comm = LocalComm(g, ["a", "b", "c"])
+    out = comm.exchange({0: {1: np.ones(3)}})
+    assert np.array_equal(out[1][0], np.ones(3))
+    with pytest.raises(ValueError, match="not a graph neighbour"):
+        comm.exchange({0: {2: np.ones(1)}})
+    msgs, nbytes = comm.snapshot()
+    assert msgs.tolist() == [1, 0, 0] and nbytes.tolist() == [24, 0, 0]
+
+
+def test_disconnected_graph_is_refused():
+    g = nx.Graph([("a", "b"), ("c", "d")])
+    with pytest.raises(DisconnectedGraphError, match="not connected"):
+        LocalComm(g, ["a", "b", "c", "d"])
+
+
+def test_relay_goes_through_the_path():
+    g = nx.path_graph(["a", "b", "c", "d"])
+    comm = LocalComm(g, list("abcd"))
+    plan = comm.plan(np.array([0]), [np.array([3])])
+    assert plan.n_rounds == 3 and sorted(plan.entry_node.tolist()) == [0, 1, 2, 3]
+    assert not plan.entry_member[plan.entry_node == 1].any()
+    comm.broadcast(plan, np.array([2.0]))
+    msgs, nbytes = comm.snapshot()
+    assert msgs.tolist() == [1, 1, 1, 0] and nbytes.tolist() == [8, 8, 8, 0]
