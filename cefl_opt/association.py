@@ -23,7 +23,7 @@ TIE_BREAK = 1e-9  # weight of the normalised rate in `round_associations` (ties 
 
 
 def best_rate_uplink(inst: Instance, t: int) -> np.ndarray:
-    """[N] the BS with the largest R_nb[t, n, :]."""
+    """[N] the BS with the largest R_nb[t, n, :] (absent links have rate 0)."""
     return np.argmax(inst.R_nb[t], axis=1).astype(int)
 
 
@@ -33,9 +33,10 @@ def best_rate_downlink(inst: Instance, t: int) -> np.ndarray:
 
 
 def fastest_path_uplink(inst: Instance, t: int, aggregator: int) -> np.ndarray:
-    """[N] argmin_b 1/R_nb + 1/Rmax_bs[b, aggregator] (beta_M cancels)."""
-    return np.argmin(1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, aggregator],
-                     axis=1).astype(int)
+    """[N] argmin_b 1/R_nb + 1/Rmax_bs[b, aggregator] (beta_M cancels; an absent link costs
+    +inf, `system.link_coef`)."""
+    return np.argmin(system.link_coef(inst, 1.0, inst.R_nb[t])
+                     + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1).astype(int)
 
 
 def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +47,8 @@ def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarra
 def round_associations(inst: Instance, t: int, Inb: np.ndarray, Ibn: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """One BS per UE from (fractional) indicators Inb, Ibn [N, B]: the largest entry; exact
-    ties go to the BS of the better rate (R_nb for the uplink, R_bn for the downlink)."""
+    ties go to the BS of the better rate (R_nb for the uplink, R_bn for the downlink). Absent
+    links carry -inf (`models.codec`) and are never chosen."""
     up = np.asarray(inst.R_nb[t], float)
     down = np.asarray(inst.R_bn[t], float).T
     Inb = np.asarray(Inb, float) + TIE_BREAK * up / up.max()
@@ -65,6 +67,7 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
     cur = Solution(rounds=[r.copy() for r in sol.rounds], method=sol.method, status=sol.status)
     best = system.evaluate(inst, cur, bound=bound, weights=weights).objective
     moves = 0
+    links = inst.ue_links()  # candidates: present UE-BS links only
     for _pass in range(max_passes):
         changed = False
         for t in range(inst.T):
@@ -73,7 +76,7 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
                 for field in ("uplink_bs", "downlink_bs"):
                     arr = getattr(r, field)
                     keep = int(arr[n])
-                    for b in range(inst.B):
+                    for b in links[n]:
                         if b == keep:
                             continue
                         arr[n] = b

@@ -55,6 +55,9 @@ def build_parser(include_optional: bool = True) -> argparse.ArgumentParser:
     g.add_argument("--dcs", type=int, default=None, help="number of DCs (default: the preset's)")
     g.add_argument("--rounds", type=int, default=None, help="number of rounds T (default: the preset's)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--reach", type=int, default=None, metavar="K",
+                   help="each UE links to its K nearest BSs only (highest mean uplink rate); "
+                        "absent links have no variables (default: every link)")
     g.add_argument("--out", required=True, help="output instance JSON (written atomically)")
     g.set_defaults(func=cmd_network_generate)
 
@@ -135,7 +138,7 @@ def cmd_network_generate(args) -> int:
     if args.seed < 0:
         raise InstanceError(f"option '--seed' must be >= 0, got {args.seed}")
     inst = make_instance(args.preset, ues=args.ues, bss=args.bss, dcs=args.dcs,
-                         rounds=args.rounds, seed=args.seed)
+                         rounds=args.rounds, seed=args.seed, reach=args.reach)
     inst.save(args.out)
     print(f"wrote {args.out}: {inst.name} ({inst.N} UEs, {inst.B} BSs, {inst.S} DCs, "
           f"{inst.T} rounds, seed {args.seed}, {len(inst.graph_edges)} graph edges, "
@@ -185,13 +188,21 @@ def show_text(inst: Instance) -> str:
 
     off = ~np.eye(inst.S, dtype=bool)
     rss = inst.R_ss[:, off] if inst.S > 1 else np.array([])
-    rates = [("UE->BS uplink R_nb", _range(inst.R_nb)), ("BS->UE downlink R_bn", _range(inst.R_bn)),
+    on = inst.link_mask  # per-link fields over present links only
+    rates = [("UE->BS uplink R_nb", _range(inst.R_nb[:, on])),
+             ("BS->UE downlink R_bn", _range(inst.R_bn[:, on.T])),
              ("BS->DC capacity Rmax_bs", _range(inst.Rmax_bs)),
              ("DC ingress Rmax_s", _range(inst.Rmax_s)), ("DC->BS R_sb", _range(inst.R_sb)),
              ("DC->DC R_ss (off-diagonal)", _range(rss)),
-             ("UE power P_nb", _range(inst.P_nb, lambda v: f"{v:.4g} W")),
+             ("UE power P_nb", _range(inst.P_nb[:, on], lambda v: f"{v:.4g} W")),
              ("BS power P_b", _range(inst.P_b, lambda v: f"{v:.4g} W")),
              ("UE CPU f", f"{inst.f_min.min():.4g} .. {inst.f_max.max():.4g} Hz")]
+    if inst.links is None:
+        lines.append(f"UE-BS links: all {inst.N * inst.B}")
+    else:
+        per = [len(bs) for bs in inst.links]
+        lines.append(f"UE-BS links: {sum(per)} of {inst.N * inst.B} ({min(per)}..{max(per)} per "
+                     f"UE; rates of absent links are 0 and unused)")
     lines.append("rates and powers:")
     w = max(len(k) for k, _ in rates)
     lines += [f"  {k:<{w}}  {v}" for k, v in rates]

@@ -26,6 +26,12 @@ Every default number, with where it comes from (SI units):
 | `gamma` | [1, 20] | local SGD iterations |
 | `m_floor, z_floor, R_floor` | 0.01, 0.01, 1 Mbit/s | positive floors keep 1/m, 1/z, 1/R finite |
 | weights `xi1, xi2, xi3` | 1 / (part at the reference orchestration) | SPEC §3 |
+| UE-BS links (`reach`) | all links; `reach=k`: the k BSs of highest mean uplink rate | rates stand in for distance (path loss), so these are the k nearest BSs |
+
+Under `reach=k` the draws are those of the full-link instance (same seed, same numbers on the
+present links); the absent links' `R_nb`, `P_nb`, `R_bn` are then set to 0 and the
+communication graph keeps UE-BS edges over present links only. Generation is vectorised
+(1,000 UEs / 100 BSs / 20 DCs in well under a second; README "Scale and MPI").
 """
 from __future__ import annotations
 
@@ -53,9 +59,12 @@ def _normal_clip(rng: np.random.Generator, mean: np.ndarray, sd: np.ndarray, lo:
 
 def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | None = None,
                   dcs: int | None = None, rounds: int | None = None, seed: int = 0,
-                  concentration: float = 0.3, edge_prob: float = 0.3,
+                  concentration: float = 0.3, edge_prob: float = 0.3, reach: int | None = None,
                   **overrides: Any) -> Instance:
-    """A seeded instance of `preset` with optional size overrides and field overrides."""
+    """A seeded instance of `preset` with optional size overrides and field overrides.
+
+    reach: each UE keeps links to its `reach` nearest BSs only (module docstring); None (the
+    presets' default) or reach >= B keeps every link."""
     if preset not in PRESETS:
         raise InstanceError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
     size = dict(PRESETS[preset])
@@ -64,6 +73,8 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
             if int(v) < 1:
                 raise InstanceError(f"option '--{k}' must be >= 1, got {v}")
             size[k] = int(v)
+    if reach is not None and (isinstance(reach, bool) or int(reach) != reach or reach < 1):
+        raise InstanceError(f"option '--reach' must be an integer >= 1, got {reach}")
     if not 0.0 <= concentration < 1.0:
         raise InstanceError(f"option 'concentration' must be in [0, 1), got {concentration}")
     N, B, S, T = size["ues"], size["bss"], size["dcs"], size["rounds"]
@@ -119,6 +130,13 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
         notes={"generator": "cefl_opt.generator.make_instance", "concentration": concentration,
                "hot_subnet_by_round": [int((t + phase) % S) for t in range(T)]},
     )
+    if reach is not None and int(reach) < B:
+        inst.links = nearest_links(R_nb, int(reach))
+        absent = ~inst.link_mask
+        for arr in (inst.R_nb, inst.P_nb):
+            arr[:, absent] = 0.0
+        inst.R_bn[:, absent.T] = 0.0
+        inst.notes["reach"] = int(reach)
     inst.graph_edges = communication_graph_edges(inst, np.random.default_rng([seed, 1]), edge_prob)
     for k, v in overrides.items():
         if not hasattr(inst, k):
@@ -132,37 +150,46 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
     return inst
 
 
+def nearest_links(R_nb: np.ndarray, k: int) -> list[list[int]]:
+    """Per UE, the k BSs of highest mean uplink rate (ties by BS index), sorted."""
+    order = np.argsort(-R_nb.mean(axis=0), axis=1, kind="stable")[:, :k]
+    return [sorted(int(b) for b in row) for row in order]
+
+
 def communication_graph_edges(inst: Instance, rng: np.random.Generator,
                               p: float = 0.3) -> list[list[str]]:
     """Appendix "Network graph construction": keep each UE-BS, BS-DC, DC-DC edge with
     probability p, then repair: each UE gets a BS (its best mean uplink), each BS a DC (its best
-    capacity), each DC another DC; finally join components so that the graph is connected."""
+    capacity), each DC another DC; finally join components so that the graph is connected.
+    UE-BS edges exist over present links only (`Instance.links`). Vectorised: the draws are
+    the same stream as one `rng.random()` per candidate edge in (UE, BS), (BS, DC), (DC < DC')
+    order, absent links included, so that `reach` leaves the other edges' draws unchanged."""
     import networkx as nx
+    N, B, S = inst.N, inst.B, inst.S
+    ue_bs = (rng.random((N, B)) < p) & inst.link_mask
+    bs_dc = rng.random((B, S)) < p
+    iu, ju = np.triu_indices(S, 1)
+    dc_dc = rng.random(iu.size) < p
+    mean_up = inst.R_nb.mean(axis=0)          # absent links are 0: never the best
+    lonely = ~ue_bs.any(axis=1)
+    ue_bs[np.flatnonzero(lonely), np.argmax(mean_up[lonely], axis=1)] = True
+    lonely = ~bs_dc.any(axis=1)
+    bs_dc[np.flatnonzero(lonely), np.argmax(inst.Rmax_bs[lonely], axis=1)] = True
+    dd = np.zeros((S, S), bool)
+    dd[iu[dc_dc], ju[dc_dc]] = True
+    dd |= dd.T
+    if S > 1:
+        for s in range(S):  # sequential: an edge added here counts for the later DCs
+            if not dd[s].any():
+                dd[s, (s + 1) % S] = dd[(s + 1) % S, s] = True
     g = nx.Graph()
     g.add_nodes_from(inst.node_names())
-    for n in range(inst.N):
-        for b in range(inst.B):
-            if rng.random() < p:
-                g.add_edge(f"ue{n}", f"bs{b}")
-    for b in range(inst.B):
-        for s in range(inst.S):
-            if rng.random() < p:
-                g.add_edge(f"bs{b}", f"dc{s}")
-    for s in range(inst.S):
-        for s2 in range(s + 1, inst.S):
-            if rng.random() < p:
-                g.add_edge(f"dc{s}", f"dc{s2}")
-    mean_up = inst.R_nb.mean(axis=0)
-    for n in range(inst.N):
-        if not any(v.startswith("bs") for v in g.neighbors(f"ue{n}")):
-            g.add_edge(f"ue{n}", f"bs{int(np.argmax(mean_up[n]))}")
-    for b in range(inst.B):
-        if not any(v.startswith("dc") for v in g.neighbors(f"bs{b}")):
-            g.add_edge(f"bs{b}", f"dc{int(np.argmax(inst.Rmax_bs[b]))}")
-    if inst.S > 1:
-        for s in range(inst.S):
-            if not any(v.startswith("dc") for v in g.neighbors(f"dc{s}")):
-                g.add_edge(f"dc{s}", f"dc{(s + 1) % inst.S}")
+    n_, b_ = np.nonzero(ue_bs)
+    g.add_edges_from((f"ue{n}", f"bs{b}") for n, b in zip(n_.tolist(), b_.tolist()))
+    b_, s_ = np.nonzero(bs_dc)
+    g.add_edges_from((f"bs{b}", f"dc{s}") for b, s in zip(b_.tolist(), s_.tolist()))
+    s_, k_ = np.nonzero(np.triu(dd, 1))
+    g.add_edges_from((f"dc{s}", f"dc{k}") for s, k in zip(s_.tolist(), k_.tolist()))
     comps = [sorted(c) for c in nx.connected_components(g)]
     # join components through their DCs (every component holds one: each BS has a DC)
     for a, b in zip(comps, comps[1:]):

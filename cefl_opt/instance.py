@@ -5,6 +5,7 @@ solvers rescale internally (GHz, Gbit/s, ...); the instance file stays physical.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -62,7 +63,10 @@ SCALAR_FIELDS: dict[str, str] = {
 }
 
 META_FIELDS = ("name", "preset", "seed", "dc_names", "ue_subnet", "bs_subnet", "dc_subnet",
-               "ue_labels", "graph_edges", "notes")
+               "ue_labels", "graph_edges", "links", "notes")
+
+# Per-link fields: their entries of an absent UE-BS link (see `Instance.links`) must be 0.
+LINK_FIELDS = {"R_nb": "TNB", "P_nb": "TNB", "R_bn": "TBN"}
 
 
 @dataclass
@@ -119,6 +123,9 @@ class Instance:
     dc_subnet: list[int] = field(default_factory=list)
     ue_labels: list = field(default_factory=list)      # [T][N] -> list of label ids held
     graph_edges: list = field(default_factory=list)    # [[u, v], ...] node names "ue0","bs1","dc2"
+    # UE-BS links: links[n] = sorted BS indices UE n can reach; None = every UE reaches every BS.
+    # An absent link has no variables (rho_nb, I_nb, I_bn) and its R_nb, P_nb, R_bn entries are 0.
+    links: list | None = None
     notes: dict = field(default_factory=dict)
 
     # ---- sizes -------------------------------------------------------------------------
@@ -145,6 +152,35 @@ class Instance:
     def dims(self) -> dict[str, int]:
         return {"T": self.T, "N": self.N, "B": self.B, "S": self.S, "I": self.I, "K6": 6}
 
+    # ---- UE-BS links -----------------------------------------------------------------------
+    @property
+    def link_mask(self) -> np.ndarray:
+        """Boolean [N, B]: True where UE n has a link to BS b (all True when `links` is None)."""
+        if self.links is None:
+            return np.ones((self.N, self.B), bool)
+        mask = np.zeros((self.N, self.B), bool)
+        rows = np.repeat(np.arange(len(self.links)), [len(bs) for bs in self.links])
+        mask[rows, np.fromiter(itertools.chain.from_iterable(self.links), int, rows.size)] = True
+        return mask
+
+    def ue_links(self) -> list[list[int]]:
+        """links[n]: the BSs UE n reaches (every BS when `links` is None)."""
+        if self.links is None:
+            return [list(range(self.B)) for _ in range(self.N)]
+        return [sorted(int(b) for b in bs) for bs in self.links]
+
+    def bs_links(self) -> list[list[int]]:
+        """The UEs each BS reaches, in UE order."""
+        out: list[list[int]] = [[] for _ in range(self.B)]
+        for n, bs in enumerate(self.ue_links()):
+            for b in bs:
+                out[b].append(n)
+        return out
+
+    def link_pairs(self) -> list[tuple[int, int]]:
+        """Every present link (n, b), UE-major."""
+        return [(n, b) for n, bs in enumerate(self.ue_links()) for b in bs]
+
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> "Instance":
         """Check shapes, signs and structure; raise InstanceError naming the field and value."""
@@ -153,6 +189,8 @@ class Instance:
         d = self.dims()
         if min(d["T"], d["N"], d["B"], d["S"]) < 1:
             raise InstanceError(f"instance needs at least one round, UE, BS and DC; got {d}")
+        self._validate_links()
+        present = self.link_mask
         for name, (shape, kind) in ARRAY_FIELDS.items():
             arr = getattr(self, name)
             want = tuple(d[ch] if ch in d else None for ch in _shape_letters(shape))
@@ -163,6 +201,16 @@ class Instance:
                 bad = _first_bad(arr, ~np.isfinite(arr))
                 raise InstanceError(f"field '{name}' has a non-finite value {bad[1]} at {bad[0]}")
             mask = _kind_violation(arr, kind)
+            if name in LINK_FIELDS:  # only present links must be positive; absent ones are 0
+                on = present if LINK_FIELDS[name] == "TNB" else present.T
+                given = np.broadcast_to(~on, arr.shape) & (arr != 0)
+                if given.any():
+                    idx, val = _first_bad(arr, given)
+                    n, b = (idx[1], idx[2]) if LINK_FIELDS[name] == "TNB" else (idx[2], idx[1])
+                    raise InstanceError(f"field '{name}' has value {val} at index {idx} for an "
+                                        f"absent link (UE {n} - BS {b} is not in 'links'); "
+                                        f"absent links carry 0")
+                mask &= np.broadcast_to(on, arr.shape)
             if mask.any():
                 idx, val = _first_bad(arr, mask)
                 raise InstanceError(f"field '{name}' has invalid value {val} at index {idx} "
@@ -204,11 +252,37 @@ class Instance:
                                or any(not isinstance(r, (list, tuple)) or len(r) != self.N
                                       for r in self.ue_labels)):
             raise InstanceError(f"field 'ue_labels' must be [T][N] = [{self.T}][{self.N}]")
+        names = {x: i for i, x in enumerate(self.node_names())}  # one set lookup per end
         for e in self.graph_edges:
             if (not isinstance(e, (list, tuple)) or len(e) != 2
-                    or any(not _valid_node(x, self) for x in e)):
+                    or any(not isinstance(x, str) or x not in names for x in e)):
                 raise InstanceError(f"field 'graph_edges' has an invalid edge {e!r}")
+            u, v = sorted(e, key=names.__getitem__)
+            if (u[:2], v[:2]) == ("ue", "bs") and not present[names[u], names[v] - self.N]:
+                raise InstanceError(f"field 'graph_edges' has the edge {list(e)!r} over an absent "
+                                    f"UE-BS link (not in 'links')")
         return self
+
+    def _validate_links(self) -> None:
+        """`links`: None, or one non-empty list of distinct BS indices per UE."""
+        if self.links is None:
+            return
+        if not isinstance(self.links, (list, tuple)) or len(self.links) != self.N:
+            raise InstanceError(f"field 'links' must be a list of {self.N} BS lists (one per UE), "
+                                f"got {_short(self.links)}")
+        for n, bs in enumerate(self.links):
+            if not isinstance(bs, (list, tuple)):
+                raise InstanceError(f"field 'links' entry {n} must be a list of BS indices, "
+                                    f"got {_short(bs)}")
+            if not bs:
+                raise InstanceError(f"field 'links' entry {n}: UE {n} has no link to any BS")
+            bad = [b for b in bs if isinstance(b, bool) or not isinstance(b, int)
+                   or not 0 <= b < self.B]
+            if bad:
+                raise InstanceError(f"field 'links' entry {n} has an invalid BS index {bad[0]!r} "
+                                    f"(expected 0..{self.B - 1})")
+            if len(set(bs)) != len(bs):
+                raise InstanceError(f"field 'links' entry {n} repeats a BS: {_short(bs)}")
 
     def feasibility_problems(self) -> list[str]:
         """Capacity conditions without which Problem P has no feasible point.
@@ -228,8 +302,10 @@ class Instance:
     # ---- derived -----------------------------------------------------------------------
     def ue_bs_e2e_rate(self) -> np.ndarray:
         """End-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs) per (t, n, s): SPEC §8 exp. 2."""
-        inv = 1.0 / self.R_nb[:, :, :, None] + 1.0 / self.Rmax_bs[None, None, :, :]
-        return (1.0 / inv).max(axis=2)
+        R = np.where(self.link_mask[None], self.R_nb, np.inf)[:, :, :, None]  # absent: never
+        inv = 1.0 / R + 1.0 / self.Rmax_bs[None, None, :, :]
+        e2e = np.where(np.isfinite(R), 1.0 / inv, 0.0)
+        return e2e.max(axis=2)
 
     def node_names(self) -> list[str]:
         return ([f"ue{n}" for n in range(self.N)] + [f"bs{b}" for b in range(self.B)]
@@ -249,6 +325,8 @@ class Instance:
         for f in fields(self):
             v = getattr(self, f.name)
             out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
+        if out["links"] is None:  # every link present: the file reads as before `links` existed
+            del out["links"]
         return out
 
     @classmethod
@@ -337,15 +415,6 @@ def _kind_violation(arr: np.ndarray, kind: str) -> np.ndarray:
 def _first_bad(arr: np.ndarray, mask: np.ndarray):
     idx = tuple(int(i) for i in np.argwhere(mask)[0])
     return list(idx), float(arr[idx])
-
-
-def _valid_node(x: Any, inst: Instance) -> bool:
-    if not isinstance(x, str):
-        return False
-    for pre, n in (("ue", inst.N), ("bs", inst.B), ("dc", inst.S)):
-        if x.startswith(pre) and x[2:].isdigit():
-            return int(x[2:]) < n
-    return False
 
 
 def _short(v: Any) -> str:

@@ -21,6 +21,20 @@ BOUND_FORMS = ("corollary", "general")  # eq:convSpecial / eq:GenConvBound
 
 
 # ---- per-round physics -----------------------------------------------------------------
+def link_coef(inst: Instance, num, R: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """num / R over the UE-BS links ([N, B], or [B, N] with transpose), +inf on absent links:
+    using an absent link costs an infinite delay and energy (and `evaluate` flags it)."""
+    mask = inst.link_mask.T if transpose else inst.link_mask
+    out = np.full(R.shape, np.inf)
+    np.divide(np.broadcast_to(num, R.shape), R, out=out, where=mask)
+    return out
+
+
+def _use(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """coef * x with 0 where x == 0 (so that an unused absent link, coef = inf, costs 0)."""
+    return np.where(x != 0, coef * np.where(x != 0, x, 1.0), 0.0)
+
+
 def data_split(inst: Instance, t: int, r: RoundDecision) -> dict[str, np.ndarray]:
     """D_n (eq:dataRemainAtDevice), D_b, D_s (eq:DataCollecteatServer) and D."""
     Dbar = inst.Dbar[t]
@@ -40,15 +54,15 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     up, down = np.asarray(r.uplink_bs, int), np.asarray(r.downlink_bs, int)
     n_idx = np.arange(N)
 
-    # transfers
-    dD_nb = bD * inst.Dbar[t][:, None] * r.rho_nb / inst.R_nb[t]
-    dM_nb = bM / inst.R_nb[t]
+    # transfers (per UE-BS link; +inf on absent links, `link_coef`)
+    dD_nb = _use(link_coef(inst, bD * inst.Dbar[t][:, None], inst.R_nb[t]), r.rho_nb)
+    dM_nb = link_coef(inst, bM, inst.R_nb[t])
     dD_bs = bD * D_b[:, None] * r.rho_bs / r.R_bs
     dM_bs = bM / r.R_bs
     dM_ss = bM / inst.R_ss[t]
     np.fill_diagonal(dM_ss, 0.0)  # delta^M_{s,s} = 0
     dM_sb = bM / inst.R_sb[t]
-    dM_bn = bM / inst.R_bn[t]
+    dM_bn = link_coef(inst, bM, inst.R_bn[t], transpose=True)
     dD_s = dD_bs.max(axis=0) + dD_nb.max()  # eq:delayAtDCdataCollect
 
     # processing (delay_proc, energy_proc, eqn: Data Center speed-delay relation-1, energy_server_proc)
@@ -60,7 +74,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
 
     # aggregation (delay_agg, energy_aggregation)
     dA_n = dM_nb[n_idx, up] + dM_bs[up, agg]
-    EA_n = dM_nb[n_idx, up] * inst.P_nb[t][n_idx, up] + dM_bs[up, agg] * inst.P_bs[up, agg]
+    EA_n = (link_coef(inst, bM * inst.P_nb[t], inst.R_nb[t])[n_idx, up]
+            + dM_bs[up, agg] * inst.P_bs[up, agg])
     dA_s = dM_ss[:, agg]
     EA_s = dM_ss[:, agg] * inst.P_ss[:, agg]
     ue_path = dA_n + dP_n
@@ -72,13 +87,14 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     ER_b = dM_sb[agg, :] * inst.P_sb[agg, :]
     Ibn = np.zeros((B, N))
     Ibn[down, n_idx] = 1.0
-    dB_b = (dM_bn * Ibn).max(axis=1)
+    dB_b = np.where(Ibn > 0, dM_bn, 0.0).max(axis=1)
     EB_b = dB_b * inst.P_b[t]
     dR_s = dM_ss[agg, :]
     ER_s = dM_ss[agg, :] * inst.P_ss[agg, :]
     dR = max((dR_b + dB_b).max(), dR_s.max())
 
-    ED_nb = dD_nb * inst.P_nb[t]
+    ED_nb = _use(link_coef(inst, bD * inst.Dbar[t][:, None] * inst.P_nb[t], inst.R_nb[t]),
+                 r.rho_nb)
     ED_bs = dD_bs * inst.P_bs
     E = {
         "E_D_ue": float(ED_nb.sum()), "E_D_bs": float(ED_bs.sum()),
@@ -237,9 +253,16 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
             idx = np.unravel_index(int(np.argmax(ex)), ex.shape) if ex.ndim else ()
             out.append((f"{name}{list(int(i) for i in idx)}", float(ex.max())))
 
+    absent = ~inst.link_mask
     for t, r in enumerate(sol.rounds):
         p = f"t{t}:"
         chk(p + "rho_nb>=0", -r.rho_nb)
+        if absent.any():  # an absent UE-BS link carries no data and no association
+            chk(p + "rho_nb=0 on absent links", np.where(absent, np.abs(r.rho_nb), 0.0))
+            n_idx = np.arange(inst.N)
+            for nm in ("uplink_bs", "downlink_bs"):
+                chk(p + nm + " on an absent link",
+                    absent[n_idx, np.asarray(getattr(r, nm), int)].astype(float))
         chk(p + "sum_b rho_nb<=1 (rhoUE-BS)", r.rho_nb.sum(axis=1) - 1.0)
         chk(p + "rho_bs>=0", -r.rho_bs)
         chk(p + "sum_s rho_bs=1 (rhoBS-DC)", np.abs(r.rho_bs.sum(axis=1) - 1.0))

@@ -19,6 +19,9 @@ Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[
 on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
 bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
+UE-BS links (`Instance.links`): rho_nb, I_nb, I_bn, every copy of them and every row over them
+are indexed by the present links only (`m._links`); an absent link has no variable at all.
+
 Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
 in s, energies in J (`models/codec.py`, the one codec between these variables and a Solution).
 `cefl_opt.system` is the numpy twin of every expression here.
@@ -90,6 +93,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     m._inst, m._bound, m._binaries, m._weights = inst, bound, binaries, w
     m._globals = _globals_for(bound)
     m._copies = copies
+    # UE-BS links (Instance.links): rho_nb, I_nb, I_bn and their rows exist on present links only
+    Lu, Lb = inst.ue_links(), inst.bs_links()
+    pairs = inst.link_pairs()                                  # (n, b), UE-major
+    pairs_bn = sorted((b, n) for n, b in pairs)                # (b, n), BS-major
+    m._links = (Lu, Lb, pairs, pairs_bn)
     idom = pyo.Binary if binaries == "binary" else pyo.UnitInterval
     i0 = (lambda k: 0.0) if binaries == "binary" else (lambda k: 1.0 / k)  # binaries start at 0
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
@@ -97,13 +105,14 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     # constants in internal units (seconds, Gbit, GHz)
     bD, bM = inst.beta_D / GBIT, inst.beta_M / GBIT            # Gbit
     Dbar = inst.Dbar
-    dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb       # s per unit rho_nb   [T,N,B]
-    dM_nb = inst.beta_M / inst.R_nb                            # [T,N,B]
+    with np.errstate(divide="ignore"):  # absent links (rate 0) are never read
+        dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb   # s per unit rho_nb   [T,N,B]
+        dM_nb = inst.beta_M / inst.R_nb                        # [T,N,B]
+        dM_bn = inst.beta_M / inst.R_bn                        # [T,B,N]
     dM_ss = inst.beta_M / inst.R_ss
     for t in range(T):
         np.fill_diagonal(dM_ss[t], 0.0)
     dM_sb = inst.beta_M / inst.R_sb                            # [T,S,B]
-    dM_bn = inst.beta_M / inst.R_bn                            # [T,B,N]
     kP = inst.c / GHZ                                          # s*GHz per sample
     kE = inst.c * inst.alpha / 2.0 * GHZ ** 2                  # J per sample per GHz^2
     xi3 = inst.xi3
@@ -123,9 +132,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                         initialize=inst.f_max[n] / GHZ)
         blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
         blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
-        blk.rho = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=0.0)          # rho_nb[n, :]
-        blk.Inb = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))
-        blk.Ibn = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))            # I_bn[:, n]
+        blk.rho = pyo.Var(m.T, Lu[n], bounds=(0.0, 1.0), initialize=0.0)       # rho_nb[n, :]
+        blk.Inb = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))
+        blk.Ibn = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))  # I_bn[:, n]
     for b in m.B:  # owned by BS b
         blk = m.bs[b]
         blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)
@@ -154,7 +163,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         if copies:
             setattr(blk, name, pyo.Var(*index, **var_kw))
         else:
-            keys = itertools.product(*(list(ix) for ix in index))
+            keys = [sum(((x,) if not isinstance(x, tuple) else x for x in k), ())
+                    for k in itertools.product(*(list(ix) for ix in index))]
             setattr(blk, name, pyo.Reference({k if len(k) > 1 else k[0]: target(*k) for k in keys}))
 
     def copy_globals(blk) -> None:
@@ -175,14 +185,15 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         copy_globals(blk)
     for b in m.B:
         blk = m.bs[b]
-        copy(blk, "rho_nb", (m.T, m.N), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
-        copy(blk, "Ibn", (m.T, m.N), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom, initialize=i0(B))
+        copy(blk, "rho_nb", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "Ibn", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom,
+             initialize=lambda v, t, n: i0(len(Lu[n])))
         copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
         copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
         copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
     for s in m.S:
         blk = m.dc[s]
-        copy(blk, "rho_nb", (m.T, m.N, m.B), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "rho_nb", (m.T, pairs), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
         copy(blk, "rho_bs", (m.T, m.B), lambda t, b, s=s: m.bs[b].rho_bs[t, s], bounds=(0.0, 1.0),
              initialize=1.0 / S)
         copy(blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
@@ -208,18 +219,18 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
         if copies:
-            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
+            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) <= 1)
         else:  # compact form: the kept share as a [0,1] slack, so bounds alone give D_n >= 0
             blk.keep = pyo.Var(m.T, bounds=(0.0, 1.0), initialize=1.0)
             blk.convex.rho_sum = pyo.Constraint(
-                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) + blk.keep[t] == 1)
-        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in m.B) == 1)
-        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in m.B) == 1)
+                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) + blk.keep[t] == 1)
+        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in Lu[n]) == 1)
+        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in Lu[n]) == 1)
         if copies:
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in Lu[n])) * Dbar[t, n])
         else:
             blk.D = pyo.Expression(m.T, rule=lambda e, t: blk.keep[t] * Dbar[t, n])
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
@@ -229,17 +240,17 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             return bM / m.bs[b].R[t, s] if copies else m.bs[b].gpath[t, s]
 
         def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator
-            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
-                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in m.B for s in m.S))
+            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
+                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in Lu[n] for s in m.S))
         blk.dA_n = pyo.Expression(m.T, rule=dA_n)
 
         def EA_n(e, t):
-            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
+            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
                     + sum(dM_bs(t, b, s) * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
-                          for b in m.B for s in m.S))
+                          for b in Lu[n] for s in m.S))
         blk.EA_n = pyo.Expression(m.T, rule=EA_n)
         blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
-            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in m.B))
+            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in Lu[n]))
 
         blk.coupling.delay = pyo.Constraint(  # delay_agg_UE_mainpaper
             m.T, rule=lambda c, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
@@ -247,9 +258,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         if binaries == "relaxed":
             fb = blk.coupling.forcing = pyo.Block()
             fb.force_Inb = pyo.Constraint(  # con12add
-                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in m.B) <= 0)
+                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in Lu[n]) <= 0)
             fb.force_Ibn = pyo.Constraint(  # con11add
-                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in m.B) <= 0)
+                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in Lu[n]) <= 0)
         blk.cost = pyo.Expression(expr=sum(
             xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
 
@@ -262,10 +273,10 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
         else:  # compact form: lifted data volume and gradient-path delays (module docstring)
             blk.lift = pyo.Block()
-            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
             blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
                 bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
                 initialize=lambda v, t, s: bM / R0[b, s])
@@ -273,7 +284,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                 m.T, m.S, rule=lambda c, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
         blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
         blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
-            m.T, m.N, rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
+            m.T, Lb[b], rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
             m.T, rule=lambda c, t: sum(dM_sb[t, s, b] * blk.Is[t, s] for s in m.S) + blk.dB[t] - blk.dR[t] <= 0)
         blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(blk.dD_bs[t, s] * inst.P_bs[b, s] for s in m.S))
@@ -289,13 +300,13 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
         if copies:
             blk.convex.rho_nb_sum = pyo.Constraint(
-                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in m.B) <= 1)
+                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in Lu[n]) <= 1)
         blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
             m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
 
         if copies:
             blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(
-                blk.rho_nb[t, n, b] * Dbar[t, n] for n in m.N))
+                blk.rho_nb[t, n, b] * Dbar[t, n] for n in Lb[b]))
             blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
         else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
             blk.lift = pyo.Block()
@@ -315,7 +326,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
         if copies or s == 0:
             blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
-                m.T, m.N, m.B, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
+                m.T, pairs, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
         blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
             m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
@@ -356,12 +367,13 @@ def _consensus(m) -> None:
     """G(w) = 0: every copy equals its owner's variable (paper eqn: local copy 1-2)."""
     cs = m.consensus
     own = m.dc[0]
-    cs.rho_nb_bs = pyo.Constraint(m.T, m.N, m.B, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
-    cs.rho_nb_dc = pyo.Constraint(m.T, m.N, m.B, m.S,
+    _Lu, _Lb, pairs, pairs_bn = m._links  # present UE-BS links only
+    cs.rho_nb_bs = pyo.Constraint(m.T, pairs, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
+    cs.rho_nb_dc = pyo.Constraint(m.T, pairs, m.S,
                                   rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
     cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].rho_bs[t, b] == m.bs[b].rho_bs[t, s])
     cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].R[t, b] == m.bs[b].R[t, s])
-    cs.Ibn_bs = pyo.Constraint(m.T, m.B, m.N, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
+    cs.Ibn_bs = pyo.Constraint(m.T, pairs_bn, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
     own = m.dc[0]
     cs.Is_ue = pyo.Constraint(m.T, m.S, m.N, rule=lambda c, t, s, n: m.ue[n].Is[t, s] == own.Is[t, s])
     cs.Is_bs = pyo.Constraint(m.T, m.S, m.B, rule=lambda c, t, s, b: m.bs[b].Is[t, s] == own.Is[t, s])
@@ -502,14 +514,15 @@ def constraint_nodes(m, con, owner_map: dict[int, str] | None = None) -> set[str
 # ---------------------------------------------------------------------- binaries
 def _binary_vars(m):
     """(var, t, key, kind) for every copy of every binary decision."""
+    Lu, Lb = m._links[:2]
     for n in m.N:
         for t in m.T:
-            for b in m.B:
+            for b in Lu[n]:
                 yield m.ue[n].Inb[t, b], t, (n, b), "Inb"
                 yield m.ue[n].Ibn[t, b], t, (n, b), "Ibn"
     for b in m.B:
         for t in m.T:
-            for n in m.N:
+            for n in Lb[b]:
                 yield m.bs[b].Ibn[t, n], t, (n, b), "Ibn"
     for blk in _node_blocks(m):
         for t in m.T:

@@ -276,12 +276,13 @@ def all_binary_choices(inst: Instance):
     """Every (aggregator, uplink, downlink) choice of every round: the brute-force reference on
     tiny instances. Yields lists of round decisions (continuous parts from the reference)."""
     ref = system.reference_solution(inst)
+    links = inst.ue_links()  # present UE-BS links only
     per_round = []
     for t in range(inst.T):
         opts = []
         for s in range(inst.S):
-            for up in itertools.product(range(inst.B), repeat=inst.N):
-                for down in itertools.product(range(inst.B), repeat=inst.N):
+            for up in itertools.product(*links):
+                for down in itertools.product(*links):
                     r = ref.rounds[t].copy()
                     r.aggregator, r.uplink_bs, r.downlink_bs = s, np.array(up), np.array(down)
                     opts.append(r)
@@ -293,7 +294,7 @@ def all_binary_choices(inst: Instance):
 def exhaustive(inst: Instance, *, bound: str = "corollary", weights=None,
                max_choices: int = 5000) -> tuple[float, Solution | None, int]:
     """Best Ipopt objective over all binary choices (brute force; tiny instances only)."""
-    count = ((inst.S * inst.B ** (2 * inst.N)) ** inst.T)
+    count = (inst.S * math.prod(len(bs) for bs in inst.ue_links()) ** 2) ** inst.T
     if count > max_choices:
         raise ValueError(f"exhaustive enumeration would need {count} Ipopt solves (> {max_choices})")
     nlp = FixedNLP(inst, bound=bound, weights=weights)

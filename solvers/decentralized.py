@@ -56,7 +56,7 @@ from cefl_opt.solution import Solution
 
 from .dec_comm import LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
-from .sca import DecStructure, Linearisation, build_structure, run_sca
+from .sca import DecStructure, Linearisation, build_structure, run_sca, take
 
 METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
@@ -116,11 +116,12 @@ def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
     lo, hi = st.lo.copy(), st.hi.copy()
     for key in ("Is", "Inb", "Ibn"):
         ix = st.idx[key]
-        vals = x[ix]
+        vals = take(x, ix, -np.inf)  # absent UE-BS links (index -1) are never chosen
         hot = np.zeros_like(vals)
         np.put_along_axis(hot, np.argmax(vals, axis=-1)[..., None], 1.0, axis=-1)
-        flat = ix.ravel()
-        u[flat] = hot.ravel() / st.scale[flat]
+        flat, hot = ix.ravel(), hot.ravel()
+        hot, flat = hot[flat >= 0], flat[flat >= 0]
+        u[flat] = hot / st.scale[flat]
         lo[flat] = hi[flat] = u[flat]
     st.set_bounds(lo, hi)
     return u

@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from cefl_opt.instance import Instance
 from cefl_opt.models import (VariableIndex, build_problem, is_forcing, load_solution, node_blocks,
                              node_variables)
-from cefl_opt.models.codec import rounds_from_values
+from cefl_opt.models.codec import rounds_from_values, take
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
 
@@ -276,15 +276,15 @@ class DecStructure:
     def decisions(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """Indicator values {'Is': [T,S], 'Inb': [T,N,B], 'Ibn': [T,N,B]} (shared variables)."""
         x = self.x_of(u)
-        return {k: x[self.idx[k]] for k in ("Is", "Inb", "Ibn")}
+        return {k: take(x, self.idx[k], -np.inf) for k in ("Is", "Inb", "Ibn")}
 
     def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed") -> Solution:
         """The shared variables as a Solution (the codec's units); indicators rounded to the
         largest entry (`cefl_opt.association.round_associations`)."""
         x = self.x_of(u)
         ix = self.idx
-        rounds = rounds_from_values(self.inst, lambda k, t: x[ix[k][t]],
-                                    lambda k, t: x[ix[k][t]])
+        rounds = rounds_from_values(self.inst, lambda k, t: take(x, ix[k][t], 0.0),
+                                    lambda k, t: take(x, ix[k][t], -np.inf))
         return Solution(rounds=rounds, method=method, status=status)
 
 
@@ -312,13 +312,15 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     blocks = node_blocks(m)
     names = list(blocks)
     if relax_init:
-        for blk in blocks.values():
+        n_links = [len(bs) for bs in inst.ue_links()]  # UE n's BSs (Instance.links)
+        for name, blk in blocks.items():
             for v in blk.Is.values():
                 v.set_value(1.0 / inst.S, skip_validation=True)
             for comp in ("Inb", "Ibn"):
                 if hasattr(blk, comp):
-                    for v in getattr(blk, comp).values():
-                        v.set_value((1.0 - assoc_bias) / inst.B + assoc_bias * float(v.value),
+                    for key, v in getattr(blk, comp).items():
+                        n = blk.index() if name.startswith("ue") else key[1]
+                        v.set_value((1.0 - assoc_bias) / n_links[n] + assoc_bias * float(v.value),
                                     skip_validation=True)
     # ---- every node's variables (its own and its copies)
     variables, node_of = [], []
@@ -460,6 +462,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     st._build_pad()
     st.build_s = time.perf_counter() - t0
     return st
+
 
 
 def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:

@@ -93,14 +93,23 @@ def random_solution(inst: Instance, rng: np.random.Generator, *, gamma_hi: float
         room = inst.Rmax_s - B * inst.R_floor
         k = np.minimum(1.0, room / np.maximum(extra.sum(axis=0), 1e-300))
         R = inst.R_floor + extra * k[None, :] * 0.999
-        rounds.append(RoundDecision(
+        r = RoundDecision(
             rho_nb=rho_nb, rho_bs=rho_bs,
             f=rng.uniform(inst.f_min, inst.f_max),
             z=rng.uniform(inst.z_floor, 1.0, S) * inst.C,
             gamma_ue=rng.uniform(inst.gamma_min, ghi, N), gamma_dc=rng.uniform(inst.gamma_min, ghi, S),
             m_ue=rng.uniform(inst.m_floor, 1.0, N), m_dc=rng.uniform(inst.m_floor, 1.0, S),
             aggregator=int(rng.integers(S)), uplink_bs=rng.integers(B, size=N),
-            downlink_bs=rng.integers(B, size=N), R_bs=R))
+            downlink_bs=rng.integers(B, size=N), R_bs=R)
+        if inst.links is not None:  # absent UE-BS links: no data, no association
+            on, links = inst.link_mask, inst.ue_links()
+            r.rho_nb = r.rho_nb * on
+            if style == "full":
+                r.rho_nb /= r.rho_nb.sum(axis=1, keepdims=True)
+            r.uplink_bs = np.array([links[n][u % len(links[n])] for n, u in enumerate(r.uplink_bs)])
+            r.downlink_bs = np.array([links[n][u % len(links[n])]
+                                      for n, u in enumerate(r.downlink_bs)])
+        rounds.append(r)
     return Solution(rounds=rounds, method="random")
 
 

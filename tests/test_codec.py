@@ -23,11 +23,13 @@ def _assert_same(a, b):
         np.testing.assert_array_equal(q.downlink_bs, r.downlink_bs)
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.parametrize("preset,reach", [("tiny", None), ("small", None), ("small", 1)])
 @pytest.mark.parametrize("copies", [True, False])
 @pytest.mark.parametrize("binaries", ["relaxed", "binary"])
-def test_solution_model_solution_round_trip(preset, copies, binaries, rand_sol):
-    inst = make_instance(preset, seed=2, rounds=2)
+def test_solution_model_solution_round_trip(preset, reach, copies, binaries, rand_sol):
+    # reach=1: each UE keeps one BS link, the others are absent (no variable; Instance.links)
+    inst = make_instance(preset, seed=2, rounds=2, **({"reach": reach} if reach else {}))
+    assert reach is None or not inst.link_mask.all()
     m = build_problem(inst, binaries=binaries, copies=copies, bound="general")
     sol = rand_sol(inst, np.random.default_rng(11))
     load_solution(m, sol)
@@ -44,8 +46,9 @@ def test_solution_model_solution_round_trip(preset, copies, binaries, rand_sol):
 
 
 @pytest.mark.parametrize("copies", [True, False])
-def test_variable_index_decodes_a_flat_vector_like_extract(copies, rand_sol):
-    inst = make_instance("small", seed=1, rounds=2)
+@pytest.mark.parametrize("reach", [None, 1])
+def test_variable_index_decodes_a_flat_vector_like_extract(copies, reach, rand_sol):
+    inst = make_instance("small", seed=1, rounds=2, **({"reach": reach} if reach else {}))
     m = build_problem(inst, copies=copies)
     sol = rand_sol(inst, np.random.default_rng(5))
     load_solution(m, sol)

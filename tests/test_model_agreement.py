@@ -46,7 +46,9 @@ def expected_bodies(m, inst, sol, bound):
     a1, _ = a_norms(gam, inst.eta, inst.mu)
     hval = gam ** 2 * (a1 - 1) / a1                       # [T, I]
     m_min, g_max, h_max = ms.min(), gam.max(), hval.max()
-    dM_bn = [inst.beta_M / inst.R_bn[t] for t in range(T)]
+    with np.errstate(divide="ignore"):  # absent links (rate 0) have no rows
+        dM_bn = [inst.beta_M / inst.R_bn[t] for t in range(T)]
+    on = inst.link_mask
     out, missing = {}, set()
 
     def put(container, name, index, val, scale=1.0):
@@ -88,7 +90,7 @@ def expected_bodies(m, inst, sol, bound):
             bb = m.bs[b]
             put(bb.convex, "rho_bs_sum", (t), r.rho_bs[b].sum())
             put(bb.convex, "Is_sum", (t), 1.0)
-            for n in range(N):
+            for n in np.flatnonzero(on[:, b]).tolist():
                 put(bb.coupling, "dB_epi", (t, n),
                     dM_bn[t][b, n] * float(r.downlink_bs[n] == b) - rt["dB_b"][b], rt["dB_b"][b])
             put(bb.coupling, "recv", (t), rt["dR_b"][b] + rt["dB_b"][b] - dR, dR)
@@ -108,7 +110,7 @@ def expected_bodies(m, inst, sol, bound):
             emax_bs = rt["dD_bs"][:, s].max()
             for b in range(B):
                 put(d.coupling, "eBS_epi", (t, b), rt["dD_bs"][b, s] - emax_bs, emax_bs)
-                for n in range(N):
+                for n in np.flatnonzero(on[:, b]).tolist():
                     put(d.coupling, "eNB_epi", (t, n, b), rt["dD_nb"][n, b] - emax_nb, emax_nb)
             # max_b dD_bs + max dD_nb + dP_s + dA_s - dA
             put(d.coupling, "delay", (t), emax_bs + emax_nb + rt["dP_s"][s] + rt["dA_s"][s] - dA, dA)
