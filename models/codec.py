@@ -11,9 +11,9 @@ Internal units of the model (chosen so that variables are O(1)) against the phys
 
 `OWNER_FIELDS` says where each per-round field of a `RoundDecision` lives in the model (the
 owner's copy, SPEC §4) and with which factor (None where an absent UE-BS link has no variable,
-`Instance.links`: rho_nb reads 0 there, an indicator -inf, i.e. never chosen); `load_solution`, `extract_solution` and
-`VariableIndex` (the positions of those variables in a flat vector, e.g. PyNumero's primal
-order, for the SCA) all read that one table. `clip_to_bounds` projects a solver's point onto the
+`Instance.links`: rho_nb reads 0 there, an indicator -inf, i.e. never chosen);
+`load_solution`, `extract_solution` and `VariableIndex` (the positions of those variables in a
+flat vector, e.g. PyNumero's primal order, for the SCA) all read that one table. `clip_to_bounds` projects a solver's point onto the
 variable boxes and simplices.
 """
 from __future__ import annotations
