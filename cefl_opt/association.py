@@ -28,12 +28,13 @@ def best_rate_uplink(inst: Instance, t: int) -> np.ndarray:
 
 
 def best_rate_downlink(inst: Instance, t: int) -> np.ndarray:
-    """[N] the BS with the largest R_bn[t, :, n] (absent links have rate 0)."""
+    """[N] the BS with the largest R_bn[t, :, n]."""
     return np.argmax(inst.R_bn[t], axis=0).astype(int)
 
 
 def fastest_path_uplink(inst: Instance, t: int, aggregator: int) -> np.ndarray:
-    """[N] argmin_b 1/R_nb + 1/Rmax_bs[b, aggregator] (beta_M cancels) over UE n's links."""
+    """[N] argmin_b 1/R_nb + 1/Rmax_bs[b, aggregator] (beta_M cancels; an absent link costs
+    +inf, `system.link_coef`)."""
     return np.argmin(system.link_coef(inst, 1.0, inst.R_nb[t])
                      + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1).astype(int)
 
@@ -46,7 +47,8 @@ def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarra
 def round_associations(inst: Instance, t: int, Inb: np.ndarray, Ibn: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """One BS per UE from (fractional) indicators Inb, Ibn [N, B]: the largest entry; exact
-    ties go to the BS of the better rate (R_nb for the uplink, R_bn for the downlink)."""
+    ties go to the BS of the better rate (R_nb for the uplink, R_bn for the downlink). Absent
+    links carry -inf (`models.codec`) and are never chosen."""
     up = np.asarray(inst.R_nb[t], float)
     down = np.asarray(inst.R_bn[t], float).T
     Inb = np.asarray(Inb, float) + TIE_BREAK * up / up.max()

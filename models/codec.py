@@ -10,9 +10,10 @@ Internal units of the model (chosen so that variables are O(1)) against the phys
     rho, gamma, m, I              as they are
 
 `OWNER_FIELDS` says where each per-round field of a `RoundDecision` lives in the model (the
-owner's copy, SPEC §4) and with which factor; `load_solution`, `extract_solution` and
-`VariableIndex` (the positions of those variables in a flat vector, e.g. PyNumero's primal
-order, for the SCA) all read that one table. `clip_to_bounds` projects a solver's point onto the
+owner's copy, SPEC §4) and with which factor (None where an absent UE-BS link has no variable,
+`Instance.links`: rho_nb reads 0 there, an indicator -inf, i.e. never chosen);
+`load_solution`, `extract_solution` and `VariableIndex` (the positions of those variables in a
+flat vector, e.g. PyNumero's primal order, for the SCA) all read that one table. `clip_to_bounds` projects a solver's point onto the
 variable boxes and simplices.
 """
 from __future__ import annotations
@@ -33,8 +34,16 @@ KS = 1e3     # lifted data volumes of the compact form: thousands of samples
 # field -> (owner's variables of round t as a nested list [rows][cols] or [items], factor
 # model -> Solution as a function of the instance)
 _Fn = Callable[[Any, int], Any]
+
+
+def _links(m, name: str, t: int) -> list[list]:
+    """[N][B] UE n's variable `name` (rho, Inb, Ibn) on link b, None where the link is absent."""
+    on = m._inst.link_mask
+    return [[getattr(m.ue[n], name)[t, b] if on[n, b] else None for b in m.B] for n in m.N]
+
+
 OWNER_FIELDS: dict[str, tuple[_Fn, Callable[[Instance], Any]]] = {
-    "rho_nb": (lambda m, t: _per_link(m, lambda n, b: m.ue[n].rho[t, b]), lambda i: 1.0),
+    "rho_nb": (lambda m, t: _links(m, "rho", t), lambda i: 1.0),
     "rho_bs": (lambda m, t: [[m.bs[b].rho_bs[t, s] for s in m.S] for b in m.B], lambda i: 1.0),
     "f": (lambda m, t: [m.ue[n].f[t] for n in m.N], lambda i: GHZ),
     "z": (lambda m, t: [m.dc[s].z[t] for s in m.S], lambda i: np.asarray(i.C, float)),
@@ -47,33 +56,24 @@ OWNER_FIELDS: dict[str, tuple[_Fn, Callable[[Instance], Any]]] = {
 # indicators: owners' copies, I_s [S] on dc[0], I_nb [N,B] and I_bn [N,B] on ue[n]
 INDICATORS: dict[str, _Fn] = {
     "Is": lambda m, t: [m.dc[0].Is[t, s] for s in m.S],
-    "Inb": lambda m, t: _per_link(m, lambda n, b: m.ue[n].Inb[t, b]),
-    "Ibn": lambda m, t: _per_link(m, lambda n, b: m.ue[n].Ibn[t, b]),
+    "Inb": lambda m, t: _links(m, "Inb", t),
+    "Ibn": lambda m, t: _links(m, "Ibn", t),
 }
-# the value an absent UE-BS link (`Instance.links`: no variable) reads as: no offloading, and an
-# indicator below every present one (so that the largest entry is always a present link)
-ABSENT = {"rho_nb": 0.0, "Inb": -1.0, "Ibn": -1.0}
-
-
-def _per_link(m, var) -> list:
-    """[[var(n, b) for b in B] for n in N] with None where the link n-b is absent."""
-    Lu = m._links[0]
-    return [[var(n, b) if b in Lu[n] else None for b in m.B] for n in m.N]
 
 
 def _flat(nested: list) -> list:
     return [v for row in nested for v in row] if isinstance(nested[0], list) else list(nested)
 
 
-def _map(fn: Callable[[Any], Any], nested, absent: float = np.nan) -> np.ndarray:
-    """fn over a nested list of variables; None (an absent link) gives `absent`."""
-    f = lambda v: absent if v is None else fn(v)  # noqa: E731
-    return np.array([[f(v) for v in row] for row in nested] if nested and isinstance(
-        nested[0], list) else [f(v) for v in nested])
+def _map(fn: Callable[[Any], Any], nested, absent: Any) -> np.ndarray:
+    """fn over a nested list of variables; `absent` where there is none (None)."""
+    g = lambda v: absent if v is None else fn(v)  # noqa: E731
+    return np.array([[g(v) for v in row] for row in nested] if nested and isinstance(
+        nested[0], list) else [g(v) for v in nested])
 
 
 def take(x: np.ndarray, index: np.ndarray, fill: float) -> np.ndarray:
-    """x[index], with `fill` where index is -1 (an absent link)."""
+    """x[index] with `fill` where index is -1 (an absent UE-BS link, `Instance.links`)."""
     return np.where(index >= 0, x[np.maximum(index, 0)], fill)
 
 
@@ -102,9 +102,8 @@ def extract_solution(m, *, method: str = "model", status: str = "unknown",
     import pyomo.environ as pyo
     inst: Instance = m._inst
     rounds = rounds_from_values(
-        inst, lambda k, t: _map(pyo.value, OWNER_FIELDS[k][0](m, t), ABSENT.get(k, np.nan)),
-        lambda k, t: _map(pyo.value, INDICATORS[k](m, t), ABSENT[k] if k in ABSENT else np.nan),
-        associations=associations)
+        inst, lambda k, t: _map(pyo.value, OWNER_FIELDS[k][0](m, t), 0.0),
+        lambda k, t: _map(pyo.value, INDICATORS[k](m, t), -np.inf), associations=associations)
     return Solution(rounds=rounds, method=method, status=status)
 
 
@@ -112,7 +111,8 @@ def extract_solution(m, *, method: str = "model", status: str = "unknown",
 class VariableIndex:
     """Positions of the owners' copies of every field of a RoundDecision, and of the
     indicators, in a flat vector of the model's variables (e.g. PyNumero's primal order):
-    `fields[name][t]` and `indicators[name][t]` are index arrays with the field's shape."""
+    `fields[name][t]` and `indicators[name][t]` are index arrays with the field's shape, -1
+    where an absent UE-BS link has no variable (read them with `take`)."""
 
     fields: dict[str, list[np.ndarray]]
     indicators: dict[str, list[np.ndarray]]
@@ -122,7 +122,7 @@ class VariableIndex:
         """`position`: id(VarData) -> index, or the sequence of the vector's variables."""
         if not isinstance(position, Mapping):
             position = {id(v): i for i, v in enumerate(position)}
-        ix = lambda v: position[id(v)]  # noqa: E731  (absent links: -1)
+        ix = lambda v: position[id(v)]  # noqa: E731
         T = range(len(m.T))
         return cls(fields={k: [_map(ix, get(m, t), -1).astype(int) for t in T]
                            for k, (get, _f) in OWNER_FIELDS.items()},
@@ -133,10 +133,8 @@ class VariableIndex:
                associations: Callable | None = None) -> Solution:
         """The Solution held by the model-unit vector `x` (same rounding as `extract_solution`)."""
         x = np.asarray(x, float)
-        rounds = rounds_from_values(inst,
-                                    lambda k, t: take(x, self.fields[k][t], ABSENT.get(k, 0.0)),
-                                    lambda k, t: take(x, self.indicators[k][t], ABSENT[k]
-                                                       if k in ABSENT else 0.0),
+        rounds = rounds_from_values(inst, lambda k, t: take(x, self.fields[k][t], 0.0),
+                                    lambda k, t: take(x, self.indicators[k][t], -np.inf),
                                     associations=associations)
         return Solution(rounds=rounds, method=method, status=status)
 
@@ -157,7 +155,7 @@ def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
         for k, (get, factor) in OWNER_FIELDS.items():  # the owners' copies
             vals = np.asarray(getattr(r, k), float) / factor(inst)
             for var, v in zip(_flat(get(m, t)), np.ravel(vals)):
-                if var is not None:  # None: an absent link
+                if var is not None:
                     put(var, v)
         for k, get in INDICATORS.items():
             for var, v in zip(_flat(get(m, t)), np.ravel(_indicator_values(r, k, inst))):

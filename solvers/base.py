@@ -148,12 +148,15 @@ def add_method_flags(parser) -> None:
 def options_from_namespace(args, method: str | None = None):
     """The options object of `method` (default `args.method`) from flags added by
     `add_method_flags`; a flag of another method is an `OptionError`."""
-    from .options import options_from_args
+    from .options import OptionError, options_from_args
     classes = options_classes()
     method = method or args.method
     if method not in classes:
         raise ValueError(f"unknown method {method!r}: choose one of {sorted(classes)}")
-    return options_from_args(method, classes[method], args, classes.values())
+    try:
+        return options_from_args(method, classes[method], args, classes.values())
+    except OptionError as e:
+        raise type(e)(f"method {method!r}: {e}") from None
 
 
 def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Results:

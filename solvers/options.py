@@ -27,13 +27,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from cefl_opt.io import InputError
 from cefl_opt.system import BOUND_FORMS
 
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
 
 
-class OptionError(InputError):
+class OptionError(ValueError):
     """An option value is wrong: the message names the option and the value."""
 
 
@@ -222,69 +221,68 @@ class ScipOptions(MethodOptions):
 
 #: PDConstants fields (solvers/primal_dual.py) that `DecentralizedOptions` can override
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
-                      "tol_ratio", "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth",
-                      "rho_max", "dual_cap", "curvature", "inner", "max_outer")
-
-
+                      "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
+                      "max_outer", "dual_cap", "curvature", "tol_ratio", "inner")
 _PRESET = "the preset's"
+
+
+def _preset(default_doc: str = _PRESET, **kw: Any) -> dict[str, Any]:
+    return {"default_doc": default_doc, **kw}
 
 
 @dataclass(frozen=True)
 class DecentralizedOptions(MethodOptions):
     """decentralized, decentralized-polish and centralized-pd (paper §V). The algorithm
-    constants come from the preset `constants`; each `primal_dual.PDConstants` field set here
-    (not None) overrides the preset's value."""
+    constants come from the preset `constants`; each PDConstants field set here (not None)
+    overrides the preset's value."""
 
-    consensus_rounds: int = option(0, "J: exchange rounds per message collective of "
-                                   "decentralized; 0 = as many as the relay depth (exact "
-                                   "aggregation over the communication graph)", check=at_least(0))
-    max_outer: int | None = option(None, "K: outer SCA iterations per phase (Alg. 1)",
-                                   check=at_least(1), default_doc=_PRESET)
+    consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
+                                   "as the relay depth, exact aggregation; ignored by "
+                                   "centralized-pd)", check=at_least(0))
     constants: str = option("tuned", "algorithm constants: the tuned defaults or the paper's "
-                            "table (SPEC §5)", choices=("tuned", "paper"))
+                            "outer step (SPEC §5)", choices=("tuned", "paper"))
     init: str = option("relaxed", "initial point: indicators at the centre of their simplices, "
                        "or the reference orchestration", choices=("relaxed", "reference"))
     seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0))
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
                                     flag="--trace", metavar="FILE")
-    progress: bool = option(True, "show a progress bar of the outer iterations")
+    progress: bool = option(False, "show a progress bar of the outer iterations")
     ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
                                  cli=False)
     # ---- overrides of the preset's PDConstants (None: the preset's value)
+    max_outer: int | None = option(None, "K: outer SCA iterations per phase (Alg. 1)",
+                                   check=at_least(1), **_preset())
     lambda1: float | None = option(None, "prox weight of the surrogate objective",
-                                   check=positive, default_doc=_PRESET)
-    L_C: float | None = option(None, "initial prox weight of the surrogate constraints",
-                               check=positive, flag="--l-c", default_doc=_PRESET)
+                                   check=positive, **_preset())
+    L_C: float | None = option(None, "initial prox weight of each coupling row",
+                               check=positive, flag="--l-c", **_preset())
     zeta: float | None = option(None, "outer step (eqn:NOVA param update)",
-                                check=in_interval(0.0, 1.0, lo_open=True), default_doc=_PRESET)
-    rel: float | None = option(None, "inner step factor (PDHG tau/sigma balance)",
-                               check=positive, default_doc=_PRESET)
-    restart: int | None = option(None, "FISTA restart period", check=at_least(1),
-                                 default_doc=_PRESET)
-    inner_iters: int | None = option(None, "inner primal-dual iterations per surrogate "
-                                     "(Alg. 2), a cap", check=at_least(1), default_doc=_PRESET)
+                                check=in_interval(0.0, 1.0, lo_open=True), **_preset())
+    rel: float | None = option(None, "inner step factor", check=positive, **_preset())
+    restart: int | None = option(None, "FISTA restart period", check=at_least(1), **_preset())
+    inner_iters: int | None = option(None, "inner iterations per surrogate (Alg. 2)",
+                                     check=at_least(1), **_preset())
     inner_tol: float | None = option(None, "KKT residual at which the inner loop stops",
-                                     check=positive, default_doc=_PRESET)
-    tol_ratio: float | None = option(None, "inner tolerance relative to the last outer step",
-                                     check=positive, default_doc=_PRESET)
+                                     check=positive, **_preset())
     outer_tol: float | None = option(None, "step (scaled inf-norm) at which Alg. 1 stops",
-                                     check=positive, default_doc=_PRESET)
+                                     check=positive, **_preset())
     viol_tol: float | None = option(None, "largest scaled violation accepted at the stop",
-                                    check=positive, default_doc=_PRESET)
-    force_after: int | None = option(None, "outer iterations before the binary-forcing "
-                                     "penalty acts", check=at_least(0), default_doc=_PRESET)
-    rho0: float | None = option(None, "initial forcing penalty weight", check=positive,
-                                default_doc=_PRESET)
-    rho_growth: float | None = option(None, "growth of the forcing penalty per outer "
-                                      "iteration (a factor)", check=positive, default_doc=_PRESET)
+                                    check=positive, **_preset())
+    force_after: int | None = option(None, "outer iterations before the binary forcing acts",
+                                     check=at_least(0), **_preset())
+    rho0: float | None = option(None, "initial weight of the forcing penalty", check=positive,
+                                **_preset())
+    rho_growth: float | None = option(None, "growth of the forcing penalty per outer iteration",
+                                      check=at_least(1), **_preset())
     rho_max: float | None = option(None, "cap of the forcing penalty", check=positive,
-                                   default_doc=_PRESET)
+                                   **_preset())
     dual_cap: float | None = option(None, "upper bound on every multiplier", check=positive,
-                                    default_doc=_PRESET)
-    curvature: bool | None = option(None, "Lagrangian-curvature prox (PyNumero Hessian "
-                                    "diagonal per node)", default_doc=_PRESET)
-    inner: str | None = option(None, "inner method", choices=("pdhg", "fista"),
-                               default_doc=_PRESET)
+                                    **_preset())
+    curvature: bool | None = option(None, "add the Lagrangian's Hessian diagonal to the prox",
+                                    **_preset())
+    tol_ratio: float | None = option(None, "inner tolerance relative to the last outer step",
+                                     check=positive, **_preset())
+    inner: str | None = option(None, "inner method", choices=("pdhg", "fista"), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

@@ -41,8 +41,9 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, is_forcing, load_solution, node_blocks, node_variables
-from cefl_opt.models.codec import VariableIndex, take
+from cefl_opt.models import (VariableIndex, build_problem, is_forcing, load_solution, node_blocks,
+                             node_variables)
+from cefl_opt.models.codec import rounds_from_values, take
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
 
@@ -84,9 +85,9 @@ class NodeProvider:
         self.name = name
         self.nlp = PyomoNLP(sub)
         # the NL writer puts nonlinear rows first: keep PyomoNLP's order
-        model_rows = [rows[c.index() - 1] for c in self.nlp.get_pyomo_constraints()]
-        self.row_names = [c.name for c in model_rows]
-        self.row_forcing = [is_forcing(c) for c in model_rows]
+        self.row_names = [rows[c.index() - 1].name for c in self.nlp.get_pyomo_constraints()]
+        self.forcing = np.array([is_forcing(rows[c.index() - 1])
+                                 for c in self.nlp.get_pyomo_constraints()], dtype=bool)
         self.comp = np.array([comp_of_var[id(v)] for v in self.nlp.get_pyomo_variables()],
                              dtype=np.int64)
         lb, ub = np.asarray(self.nlp.constraints_lb()), np.asarray(self.nlp.constraints_ub())
@@ -168,7 +169,6 @@ class DecStructure:
     row_ptr: np.ndarray             # (V+1,) node d's rows: row_ptr[d]:row_ptr[d+1]
     x0: np.ndarray
     idx: dict[str, Any] = field(default_factory=dict)
-    codec: Any = None  # models/codec.VariableIndex over the shared variables
     group_counts: dict[str, int] = field(default_factory=dict)
     n_copies: int = 0
     build_s: float = 0.0
@@ -279,9 +279,13 @@ class DecStructure:
         return {k: take(x, self.idx[k], -np.inf) for k in ("Is", "Inb", "Ibn")}
 
     def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed") -> Solution:
-        """The shared variables as a Solution (the codec's decoding: indicators rounded to the
-        largest entry, `cefl_opt.association.round_associations`)."""
-        return self.codec.decode(self.inst, self.x_of(u), method=method, status=status)
+        """The shared variables as a Solution (the codec's units); indicators rounded to the
+        largest entry (`cefl_opt.association.round_associations`)."""
+        x = self.x_of(u)
+        ix = self.idx
+        rounds = rounds_from_values(self.inst, lambda k, t: take(x, ix[k][t], 0.0),
+                                    lambda k, t: take(x, ix[k][t], -np.inf))
+        return Solution(rounds=rounds, method=method, status=status)
 
 
 def _node_shares(m) -> dict[str, Any]:
@@ -447,27 +451,25 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     row_norm = np.where(nrm > 1e-10, nrm, 1.0)
     row_names = [nm for pv in providers for nm in pv.row_names]
     row_host = np.repeat(np.arange(len(providers)), K_rows)
-    force = np.flatnonzero([f for pv in providers for f in pv.row_forcing]).astype(int)
+    force = np.flatnonzero(np.concatenate([pv.forcing for pv in providers]))
     st = DecStructure(
         inst=inst, bound=bound, model=m, node_names=names, providers=providers, n=n,
         primary=primary, scale=scale, lo=ulo, hi=uhi, groups=groups, in_group=in_group >= 0,
         members=members, row_host=row_host, row_names=row_names, row_norm=row_norm,
         force_rows=force, jac_rows=jac_rows, jac_cols=jac_cols, jac_indptr=indptr,
         node_jac=node_jac, row_ptr=row_ptr, x0=x0, group_counts=counts, n_copies=nv)
-    st.idx, st.codec = _shared_indices(m, comp_of_var)
+    st.idx = _shared_indices(m, comp_of_var)
     st._build_pad()
     st.build_s = time.perf_counter() - t0
     return st
 
 
-def _shared_indices(m, comp_of_var: dict[int, int]) -> tuple[dict[str, Any], VariableIndex]:
-    """The codec's index (`models/codec.VariableIndex`) over the shared variables: every field
-    of a RoundDecision (a list per round) and the indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B]);
-    -1 on absent UE-BS links (`take`)."""
+
+def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
+    """Shared-variable indices of every field of a RoundDecision (per round) and of the
+    indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B]): the codec's `VariableIndex`."""
     vi = VariableIndex.build(m, comp_of_var)
-    out: dict[str, Any] = dict(vi.fields)
-    out.update({k: np.array(v) for k, v in vi.indicators.items()})
-    return out, vi
+    return {**vi.fields, **{k: np.array(v) for k, v in vi.indicators.items()}}
 
 
 # ------------------------------------------------------------------------------ Alg. 1
