@@ -226,10 +226,11 @@ class Instance:
                                or any(not isinstance(r, (list, tuple)) or len(r) != self.N
                                       for r in self.ue_labels)):
             raise InstanceError(f"field 'ue_labels' must be [T][N] = [{self.T}][{self.N}]")
+        nodes = set(self.node_names())
         for e in self.graph_edges:
             if (not isinstance(e, (list, tuple)) or len(e) != 2
-                    or any(not _valid_node(x, self) for x in e)):
-                raise InstanceError(f"field 'graph_edges' has an invalid edge {e!r}")
+                    or any(not isinstance(x, str) or x not in nodes for x in e)):
+                raise InstanceError(f"field 'graph_edges' has an invalid edge {_short(e)}")
         return self
 
     def feasibility_problems(self) -> list[str]:
@@ -395,15 +396,6 @@ def _kind_violation(arr: np.ndarray, kind: str) -> np.ndarray:
 def _first_bad(arr: np.ndarray, mask: np.ndarray):
     idx = tuple(int(i) for i in np.argwhere(mask)[0])
     return list(idx), float(arr[idx])
-
-
-def _valid_node(x: Any, inst: Instance) -> bool:
-    if not isinstance(x, str):
-        return False
-    for pre, n in (("ue", inst.N), ("bs", inst.B), ("dc", inst.S)):
-        if x.startswith(pre) and x[2:].isdigit():
-            return int(x[2:]) < n
-    return False
 
 
 def _short(v: Any) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .instance import Instance
+from .instance import Instance, validated
 from .solution import RoundDecision, Solution
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
@@ -203,6 +203,7 @@ class Evaluation:
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None) -> Evaluation:
     """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
+    inst = validated(inst)
     if len(sol.rounds) != inst.T:
         raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
     w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
@@ -227,6 +228,7 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
                           tol: float = FEAS_TOL) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
     Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
+    inst = validated(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 

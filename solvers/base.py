@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import Solution
 
 
@@ -93,6 +93,7 @@ def _load_all() -> None:
 
 def solve(inst: Instance, method: str, **options: Any) -> Results:
     """Run a named method (see `methods()`) on `inst`; options go to that method."""
+    inst = validated(inst)
     _load_all()
     if method not in _REGISTRY:
         raise ValueError(f"unknown method {method!r}: choose one of {sorted(_REGISTRY)}")

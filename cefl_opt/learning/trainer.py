@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..instance import Instance, InstanceError
+from ..instance import Instance, InstanceError, validated
 from ..solution import Solution
 from .models import make_model
 from .partition import DynamicPartition
@@ -251,6 +251,7 @@ def run_training(instance: Instance, solution: Solution, data, *, method: str = 
                  progress: bool = False) -> TrainResult:
     """One call: build the strategy and trainer, run ``rounds`` rounds, tabulate targets.
     ``average`` only matters for the baselines (see ``strategies.FedNova``)."""
+    instance = validated(instance)
     strat = make_strategy(method, instance, solution, vartheta=vartheta, aggregator=aggregator,
                           average=average)
     tr = Trainer(instance, strat, data, model=model, lr=lr, mu=mu, seed=seed, cost_fn=cost_fn,
