@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -362,9 +363,7 @@ def numeric_array(value: Any, name: str) -> np.ndarray:
 
 def _old_names(msg: str, old: dict[str, str]) -> str:
     """A validation message of a format 1 file, with the format 1 field names."""
-    for new, was in old.items():
-        msg = msg.replace(f"field '{new}'", f"field '{was}'")
-    return msg
+    return re.sub(r"field '(\w+)'", lambda m: f"field '{old.get(m[1], m[1])}'", msg)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -405,4 +404,5 @@ def _short(v: Any) -> str:
 
 def _check_array_type(name: str, arr: Any) -> None:
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
-        raise InstanceError(f"field '{name}' must be a numeric numpy array, got {_short(arr)}")
+        raise InstanceError(f"field '{name}' must be a numeric numpy array, got "
+                            f"{type(arr).__name__} {_short(arr)}")
