@@ -106,31 +106,28 @@ def figure(tr: pd.DataFrame, path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite("bench_consensus_gap", __doc__)
+    ap = suite.ap
     ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 20)")
     ap.add_argument("--rounds-list", default="10,50,70", help="consensus rounds J to compare")
     ap.add_argument("--polish", action="store_true", help="also polish each final point (Ipopt)")
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     args.rounds_list = [int(x) for x in args.rounds_list.split(",") if x]
     if args.max_outer is None:
         args.max_outer = 20 if args.quick else 60
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     tr, sm = run(args)
-    f1 = common.write_csv(tr, out / "consensus_gap.csv")
-    f2 = common.write_csv(sm, out / "consensus_gap_summary.csv")
-    f3 = out / "consensus_gap.png"
+    suite.csv(tr, "consensus_gap.csv")
+    suite.csv(sm, "consensus_gap_summary.csv")
+    f3 = suite.path("consensus_gap.png")
     figure(tr, f3, f"centralized vs decentralized ({sm.instance.iloc[0]})")
-    common.print_table(sm, "consensus gap", ["run", "mean_rel_gap_to_centralized",
-                                            "final_rel_gap_to_centralized",
-                                            "final_dual_disagreement", "objective_rounded",
-                                            "objective", "wall_s"])
+    suite.table(sm, "consensus gap", ["run", "mean_rel_gap_to_centralized",
+                                     "final_rel_gap_to_centralized",
+                                     "final_dual_disagreement", "objective_rounded",
+                                     "objective", "wall_s"])
     g = sm[sm.method == "decentralized"].sort_values("J")
     mono = bool(np.all(np.diff(g.mean_rel_gap_to_centralized.values) < 0))
     print(f"mean gap decreases with J: {mono}")
-    common.footer("bench_consensus_gap", t0, [f1, f2, f3])
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

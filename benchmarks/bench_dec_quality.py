@@ -87,14 +87,15 @@ def figure(df: pd.DataFrame, path):
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite("bench_dec_quality", __doc__)
+    ap = suite.ap
     ap.add_argument("--presets", default="small,paper")
     ap.add_argument("--seeds-small", default="0,1,2,3,4")
     ap.add_argument("--seeds-paper", default="0,1,2")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 30)")
     ap.add_argument("--consensus-rounds", type=int, default=30)
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     args.presets = [p for p in args.presets.split(",") if p]
     for p in args.presets:
         if p not in ("small", "paper"):
@@ -104,21 +105,17 @@ def main(argv=None) -> int:
         args.presets, args.seeds_small = ["small"], args.seeds_small[:2]
     if args.max_outer is None:
         args.max_outer = 30 if args.quick else 60
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     df = run(args)
-    f1 = common.write_csv(df, out / "dec_quality.csv")
-    f2 = figure(df, out / "dec_quality.png")
-    common.print_table(df, "decentralized vs ipopt-enum per seed",
-                       ["preset", "seed", "dec_objective", "enum_objective", "gap",
-                        "dec_feasible", "dec_aggregators", "enum_aggregators", "dec_wall_s",
-                        "enum_wall_s"])
+    suite.csv(df, "dec_quality.csv")
+    figure(df, suite.path("dec_quality.png"))
+    suite.table(df, "decentralized vs ipopt-enum per seed",
+                ["preset", "seed", "dec_objective", "enum_objective", "gap",
+                 "dec_feasible", "dec_aggregators", "enum_aggregators", "dec_wall_s",
+                 "enum_wall_s"])
     worst = df.loc[df.gap.idxmax()]
     print(f"\nworst gap {100 * worst.gap:.2f} % ({worst.preset} seed {worst.seed}); "
           f"all feasible: {bool(df.dec_feasible.all())}")
-    common.footer("bench_dec_quality", t0, [f1, f2])
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

@@ -125,7 +125,8 @@ def figure(df: pd.DataFrame, path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite("bench_dec_vs_ipopt", __doc__)
+    ap = suite.ap
     ap.add_argument("--sizes", default=None,
                     help="UESxBSSxDCS[xROUNDS] list (default 20x10x5x5,100x20x10x2)")
     ap.add_argument("--rounds", type=int, default=None,
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
                     help="Ipopt time limit per solve (s)")
     ap.add_argument("--no-assoc-search", dest="assoc_search", action="store_false",
                     help="ipopt-enum without its association local search")
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     if args.sizes is None:
         args.sizes = "small,10x6x3" if args.quick else "20x10x5x5,100x20x10x2"
     args.sizes = [s for s in args.sizes.split(",") if s]
@@ -145,19 +146,15 @@ def main(argv=None) -> int:
         args.rounds = 2 if args.quick else 5
     if args.max_outer is None:
         args.max_outer = 15 if args.quick else 60
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     df = run(args)
-    f1 = common.write_csv(df, out / "dec_vs_ipopt.csv")
-    f2 = out / "dec_vs_ipopt.png"
+    suite.csv(df, "dec_vs_ipopt.csv")
+    f2 = suite.path("dec_vs_ipopt.png")
     figure(df, f2)
-    common.print_table(df, "decentralized vs ipopt-enum",
-                       [c for c in ("size", "T", "method", "wall_s", "sca_s", "polish_s", "per_node_s",
-                                    "objective", "ratio_dec_over_ipopt", "aggregators")
-                        if c in df])
-    common.footer("bench_dec_vs_ipopt", t0, [f1, f2])
-    return 0
+    suite.table(df, "decentralized vs ipopt-enum",
+                [c for c in ("size", "T", "method", "wall_s", "sca_s", "polish_s", "per_node_s",
+                             "objective", "ratio_dec_over_ipopt", "aggregators")
+                 if c in df])
+    return suite.finish()
 
 
 if __name__ == "__main__":

@@ -78,29 +78,26 @@ def figure(tr: pd.DataFrame, sm: pd.DataFrame, path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite("bench_network_size", __doc__)
+    ap = suite.ap
     ap.add_argument("--ues", default="10,15,20,30")
     ap.add_argument("--max-outer", type=int, default=None, help="outer iterations (60; quick 15)")
     ap.add_argument("--consensus-rounds", type=int, default=30)
     ap.add_argument("--no-polish", dest="polish", action="store_false")
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     args.ues = [int(x) for x in args.ues.split(",") if x]
     if args.max_outer is None:
         args.max_outer = 15 if args.quick else 60
     if args.quick:
         args.polish = False
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     tr, sm = run(args)
-    f1 = common.write_csv(tr, out / "network_size.csv")
-    f2 = common.write_csv(sm, out / "network_size_summary.csv")
-    f3 = out / "network_size.png"
+    suite.csv(tr, "network_size.csv")
+    suite.csv(sm, "network_size_summary.csv")
+    f3 = suite.path("network_size.png")
     figure(tr, sm, f3)
-    common.print_table(sm, "network size", ["ues", "objective", "objective_rounded", "ml_bound",
-                                           "delay_s", "energy_J", "aggregators", "wall_s"])
-    common.footer("bench_network_size", t0, [f1, f2, f3])
-    return 0
+    suite.table(sm, "network size", ["ues", "objective", "objective_rounded", "ml_bound",
+                                    "delay_s", "energy_J", "aggregators", "wall_s"])
+    return suite.finish()
 
 
 if __name__ == "__main__":

@@ -38,13 +38,13 @@ SUITES = [
 
 def inspect_suite(module: str, default) -> tuple[tuple[str, ...], bool]:
     """(the methods the suite needs: its REQUIRES, else ``default``; whether it takes the common
-    options --seed/--out-dir, i.e. builds its command line with ``common.parser``)."""
+    options --seed/--out-dir, i.e. builds its command line with ``common.Suite``)."""
     try:
         mod = importlib.import_module(module)
         src = inspect.getsource(mod)
     except Exception:  # noqa: BLE001 - the subprocess will show the real error
         return tuple(default), False
-    return tuple(getattr(mod, "REQUIRES", default)), "common.parser(" in src
+    return tuple(getattr(mod, "REQUIRES", default)), "common.Suite(" in src or "common.parser(" in src
 
 
 def main(argv=None) -> int:

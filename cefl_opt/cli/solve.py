@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..instance import FORMAT_TAG, Instance
+from ..instance import Instance
 from ..io import check_distinct, check_writable, write_atomic
 from . import (COUNT, EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, POSITIVE, SEED,
-               number)
+               add_inputs, number)
 
 METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no-offload",
                 "decentralized", "centralized-pd")
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Solve P with a named method. Exit 0: a feasible solution was "
                                    "written; 3: the instance is infeasible; 4: no solution "
                                    "(time limit or solver failure); 2: bad input.")
-    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
+    add_inputs(p)
     p.add_argument("--method", required=True, choices=METHOD_NAMES)
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
     p.add_argument("--bound", choices=("corollary", "general"), default="corollary")
