@@ -85,8 +85,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
         "E_A": float(EA_n.sum() + EA_s.sum()),
         "E_R": float(ER_b.sum() + EB_b.sum() + ER_s.sum()),
     }
-    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
-                                        E["E_A"], E["E_R"]]))
+    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"],
+                                               E["E_P_dc"], E["E_A"], E["E_R"]]))
     return {
         **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
         "dP_n": dP_n, "EP_n": EP_n, "dP_s": dP_s, "EP_s": EP_s, "dA_n": dA_n, "dA_s": dA_s,
