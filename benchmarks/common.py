@@ -7,7 +7,6 @@ tables and matplotlib figures (Agg backend, written atomically).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time

@@ -286,7 +286,7 @@ def _fixed_choice(method: str, inst: Instance, aggs: Sequence[int], *, bound: st
 @register("fixed", "aggregator s in every round (--aggregator s), Ipopt on the rest")
 def fixed_aggregator(inst: Instance, *, aggregator: int = 0, **kw: Any) -> Results:
     if not 0 <= int(aggregator) < inst.S:
-        raise ValueError(f"option '--aggregator' value {aggregator} is not a DC index 0..{inst.S - 1}")
+        raise ValueError(f"'aggregator' value {aggregator} is not a DC index 0..{inst.S - 1}")
     return _fixed_choice("fixed", inst, [int(aggregator)] * inst.T, **_nlp_kw(kw))
 
 

@@ -340,3 +340,29 @@ def test_cli_module_entry_point_matches_console_script(tmp_path):
                         "tiny", "--ues", "-3", "--out", str(tmp_path / "n.json")],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--ues" in p.stderr
+
+
+def test_run_failing_after_its_solves_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A failure late in `run` (here: training) leaves neither a new report folder nor any file
+    in an existing one."""
+    import cefl_opt.learning.trainer as trainer
+
+    def broken(*a, **kw):
+        raise InputError("field 'x' is bad, got 1")
+    monkeypatch.setattr(trainer, "run_training", broken)
+    argv = ["run", "--preset", "tiny", "--rounds", "1", "--methods", "greedy-rate",
+            "--dataset", "digits", "--train-rounds", "1"]
+    assert cli.main(argv + ["--out", str(tmp_path / "new" / "rep")]) == 2
+    assert "field 'x' is bad" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "keep.txt").write_text("mine")
+    assert cli.main(argv + ["--out", str(tmp_path / "old")]) == 2
+    assert _tree(tmp_path) == {"old": b"<dir>", "old/keep.txt": b"mine"}
+
+
+def test_library_option_errors_name_no_cli_flag():
+    from cefl_opt.solvers.base import solve
+    with pytest.raises(ValueError) as e:
+        solve(make_instance("tiny", seed=0), "fixed", aggregator=7)
+    assert "'aggregator'" in str(e.value) and "7" in str(e.value) and "--" not in str(e.value)
