@@ -83,19 +83,15 @@ def out_dir(args) -> Path:
 
 
 # ---- methods ------------------------------------------------------------------------------
-def registered_methods() -> set[str]:
+def method_names() -> list[str]:
+    """The registered solve methods (`solvers/plugins.py`), for argparse `choices`."""
     from cefl_opt.solvers.base import methods
-    return set(methods())
-
-
-def has_method(name: str) -> bool:
-    return name in registered_methods()
+    return sorted(methods())
 
 
 def cefl_method() -> str:
-    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver when it is
-    registered, else ``ipopt-enum`` (the best centralised method)."""
-    return "decentralized" if has_method("decentralized") else "ipopt-enum"
+    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver."""
+    return "decentralized"
 
 
 def solve_opts(method: str, quick: bool = False) -> dict[str, Any]:
@@ -191,7 +187,7 @@ def add_sweep_args(ap: argparse.ArgumentParser, flag: str, default: str) -> None
     """The swept values (`flag`, comma-separated), ``--T`` (rounds, 2) and ``--method``."""
     ap.add_argument(flag, default=default, help=f"comma-separated values (default {default})")
     ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
-    ap.add_argument("--method", default="ipopt-enum")
+    ap.add_argument("--method", default="ipopt-enum", choices=method_names())
 
 
 def sweep_instance(args):

@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--grad-max", type=int, default=None,
                     help="cap on samples per DPU for the zeta gradients (all; quick 300)")
     ap.add_argument("--orchestration", default="greedy-rate",
+                    choices=["none"] + common.method_names(),
                     help="solve method that moves the data, or 'none' (UEs keep all data)")
     ap.add_argument("--model", default="mlp")
     args = suite.start(argv)

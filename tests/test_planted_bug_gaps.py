@@ -35,7 +35,7 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
         starts.append(tuple(int(s) for s in aggs))
         return real(inst_, aggs, *a, **kw)
     monkeypatch.setattr(centralized, "decisions_for", spy)
-    res = solve(inst, "ipopt-enum", assoc_search=False)
+    res = solve(inst, "ipopt-enum")
     assert res.solution is not None
     S, T = inst.S, inst.T
     assert len(starts) == S + 2                                 # S constants, 2 greedy rules
