@@ -8,9 +8,7 @@ folder during the solve and removed when no solution is written).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +44,7 @@ def run_solve(args: argparse.Namespace) -> int:
 
     from ..solvers.base import options_from_namespace
 
-    with _flags_named():
-        opts = options_from_namespace(args)
+    opts = options_from_namespace(args)
     trace = getattr(opts, "trace_path", None)
     check_distinct([("--out", args.out), ("--trace", trace)], [args.net])
     for option, path in (("--out", args.out), ("--trace", trace)):
@@ -58,8 +55,7 @@ def run_solve(args: argparse.Namespace) -> int:
     try:
         if tmp_trace is not None:
             opts = opts.replace(trace_path=tmp_trace)
-        with _flags_named():
-            res = solve(inst, args.method, opts)
+        res = solve(inst, args.method, opts)
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             for why in res.info.get("reasons", []):
@@ -90,19 +86,3 @@ def _temp_file() -> str:
     fd, tmp = tempfile.mkstemp(prefix="cefl-opt-trace.", suffix=".csv")
     os.close(fd)
     return tmp
-
-
-@contextlib.contextmanager
-def _flags_named():
-    """Option errors of the library name an option by its field ('gap'); on the command line
-    they name the flag ('--gap')."""
-    from ..solvers.options import OptionError
-    try:
-        yield
-    except OptionError as e:
-        msg = str(e)
-        for name in set(re.findall(r"option '(\w+)'", msg)):
-            flag = "--" + name.replace("_", "-")
-            if flag not in msg:
-                msg = msg.replace(f"option '{name}'", f"option '{flag}'")
-        raise OptionError(msg) from None
