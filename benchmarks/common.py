@@ -7,7 +7,6 @@ tables and matplotlib figures (Agg backend, written atomically).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
@@ -183,6 +182,38 @@ def run_sweep(name: str, param: str, values: Sequence[float], make, method: str,
     return pd.DataFrame(rows)
 
 
+# ---- parameter sweeps (exp3, exp4) ------------------------------------------------------------
+def add_sweep_args(ap: argparse.ArgumentParser, flag: str, default: str) -> None:
+    """The swept values (`flag`, comma-separated), ``--T`` (rounds, 2) and ``--method``."""
+    ap.add_argument(flag, default=default, help=f"comma-separated values (default {default})")
+    ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
+    ap.add_argument("--method", default="ipopt-enum", choices=method_names())
+
+
+def sweep_instance(args):
+    """The paper preset (reduced under --quick) with T = --T or 2 rounds."""
+    return instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args))
+
+
+def print_weights(name: str, inst, method: str, which: str) -> dict[str, float]:
+    """Print and return the objective weights the sweep keeps."""
+    w = weights_of(inst)
+    print(f"{name}: {inst.name}, method {method}, {which} weights "
+          + ", ".join(f"{k}={v:.4g}" for k, v in w.items()), flush=True)
+    return w
+
+
+def report_trends(df: pd.DataFrame, param: str, checks, header: str) -> None:
+    """For each (label, column, 'up'|'down') of `checks`: the direction of the column along
+    `param` and its verdict against the paper's claim."""
+    print(f"\n{header}")
+    for label, col, want in checks:
+        tr = trend(df[param], df[col])
+        print(f"  {label:<20} {'decreases' if want == 'down' else 'increases'} with {param}: "
+              f"{verdict(tr, want)}  ({tr['first']:.4g} -> {tr['last']:.4g}, "
+              f"Spearman {tr['spearman']:+.2f})")
+
+
 # ---- trends ----------------------------------------------------------------------------------
 def trend(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Direction of y along increasing x: Spearman rank correlation, the sign of the change from
@@ -230,9 +261,17 @@ def plt():
     return _plt
 
 
-def save_fig(fig, path: Path, dpi: int = 110) -> Path:
-    """Lay out, write atomically as PNG (`cefl_opt.io`) and close a figure."""
+def save_fig(fig, path: Path, dpi: int = 110, *, title: str | None = None,
+             grid_xlabel: str | None = None) -> Path:
+    """Lay out, write atomically as PNG (`cefl_opt.io`) and close a figure; with `title` a
+    figure title, with `grid_xlabel` that x label and a light grid on every axes."""
     from cefl_opt.io import write_png_atomic
+    if grid_xlabel is not None:
+        for a in fig.axes:
+            a.set_xlabel(grid_xlabel)
+            a.grid(alpha=0.3)
+    if title is not None:
+        fig.suptitle(title)
     fig.tight_layout()
     write_png_atomic(fig, path, dpi=dpi)
     plt().close(fig)
@@ -253,3 +292,61 @@ def footer(name: str, t0: float, files: Iterable[Path]) -> None:
     print(f"\n{name}: wrote " + ", ".join(str(Path(f).relative_to(ROOT)) if Path(f).is_relative_to(ROOT)
                                           else str(f) for f in files))
     print(f"{name}: runtime {time.perf_counter() - t0:.1f} s")
+
+
+# ---- the skeleton every suite uses -------------------------------------------------------------
+class Suite:
+    """The prologue and epilogue every suite repeats: the command line (``--quick``, ``--seed``,
+    ``--out-dir``; ``--ues/--bss/--dcs`` with ``net_args``), quiet warnings, seeds, the output
+    folder, atomic CSV and PNG files, tables and the footer listing every file written.
+
+        suite = common.Suite("exp4_xi1", __doc__, net_args=True)
+        suite.ap.add_argument("--factors", default="0.1,0.3,1,3,10")
+        args = suite.start(argv)
+        ...
+        suite.csv(df, "exp4_xi1.csv")
+        plot(df, suite.path("exp4_xi1.png"))           # plot writes with common.save_fig
+        return suite.finish()
+    """
+
+    def __init__(self, name: str, doc: str | None, *, net_args: bool = False,
+                 sweep: tuple[str, str] | None = None):
+        self.name = name
+        self.ap = parser(doc)
+        if net_args:
+            add_net_args(self.ap)
+        if sweep is not None:          # (flag, default values) of a parameter sweep
+            add_sweep_args(self.ap, *sweep)
+        self.files: list[Path] = []
+        self.t0 = time.perf_counter()
+        self.out = Path(OUT)
+
+    def start(self, argv=None, *, seed: bool = True):
+        """Parse the arguments, silence known warnings, seed everything (unless the suite seeds
+        per job), create the output folder; return the arguments."""
+        args = self.ap.parse_args(argv)
+        self.t0 = time.perf_counter()
+        quiet()
+        if seed:
+            seed_everything(args.seed)
+        self.out = out_dir(args)
+        return args
+
+    def path(self, filename: str) -> Path:
+        """The output folder / filename, listed in the footer (for figures: pass it to a
+        function that writes with :func:`save_fig`)."""
+        path = self.out / filename
+        self.files.append(path)
+        return path
+
+    def csv(self, df: pd.DataFrame, filename: str) -> Path:
+        """`df` written atomically as the output folder / filename."""
+        return write_csv(df, self.path(filename))
+
+    def table(self, df: pd.DataFrame, title: str | None = None, cols: Iterable[str] | None = None,
+              fmt: str = "{:.4g}") -> None:
+        print_table(df, title, cols, fmt)
+
+    def finish(self) -> int:
+        footer(self.name, self.t0, self.files)
+        return 0

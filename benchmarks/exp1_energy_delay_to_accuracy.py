@@ -23,8 +23,6 @@ Default: the paper network, T = 5, Fashion-MNIST, MLP, up to 300 rounds (measure
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -62,7 +60,8 @@ def saving(base: float, ours: float) -> float:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite(NAME, __doc__, net_args=True)
+    ap = suite.ap
     ap.add_argument("--rounds", type=int, default=None, help="max training rounds (300; quick 40)")
     ap.add_argument("--T", type=int, default=None, help="instance horizon (5; quick 2)")
     ap.add_argument("--dataset", default="fmnist")
@@ -72,12 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cefl-method", default="auto", choices=["auto"] + common.method_names(),
                     help="orchestration of CE-FL: auto (decentralized) or any solve method")
     ap.add_argument("--no-early-stop", action="store_true")
-    common.add_net_args(ap)
-    args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    common.quiet()
-    common.seed_everything(args.seed)
-    out = common.out_dir(args)
+    args = suite.start(argv)
     T = args.T or (2 if args.quick else 5)
     rounds = args.rounds or (40 if args.quick else 300)
     targets = tuple(float(x) for x in args.targets.split(","))
@@ -126,8 +120,8 @@ def main(argv=None) -> int:
     df.insert(2, "dataset", args.dataset)
     df.insert(3, "seed", args.seed)
     hist = pd.concat(hists, ignore_index=True)
-    f_csv = common.write_csv(df, out / f"{NAME}.csv")
-    f_hist = common.write_csv(hist, out / f"{NAME}_history.csv")
+    suite.csv(df, f"{NAME}.csv")
+    suite.csv(hist, f"{NAME}_history.csv")
 
     # tables like the paper's: rows = target, columns = runs, plus CE-FL's savings
     for q, unit in (("cum_energy_kJ", "energy (kJ)"), ("cum_delay_s", "delay (s)")):
@@ -137,7 +131,7 @@ def main(argv=None) -> int:
             tab = tab[["CE-FL", *labels]]
             for b in labels:
                 tab[f"saving vs {b} %"] = [saving(tab.loc[a, b], tab.loc[a, "CE-FL"]) for a in tab.index]
-            common.print_table(tab.reset_index(), f"{unit} to reach target accuracy - {variant}")
+            suite.table(tab.reset_index(), f"{unit} to reach target accuracy - {variant}")
     # do the baselines coincide?
     by = {h["run"].iloc[0]: h for h in hists}
     for a, b in (("FedNova", "FedAvg"), ("FedNova(own)", "FedAvg(own)")):
@@ -151,9 +145,8 @@ def main(argv=None) -> int:
           f"final accuracies: " + ", ".join(f"{k} {v['accuracy'].iloc[-1]:.3f} "
                                             f"({len(v)} rounds)" for k, v in by.items()))
 
-    f_png = plot(hist, targets, out / f"{NAME}.png", meth, args.dataset)
-    common.footer(NAME, t_start, [f_csv, f_hist, f_png])
-    return 0
+    plot(hist, targets, suite.path(f"{NAME}.png"), meth, args.dataset)
+    return suite.finish()
 
 
 def plot(hist: pd.DataFrame, targets, path, meth, dataset):

@@ -32,9 +32,10 @@ SUITES = [
 
 def takes_common_args(module: str) -> bool:
     """Whether the suite takes the common options --seed/--out-dir, i.e. builds its command
-    line with ``common.parser``."""
+    line with ``common.Suite`` (or ``common.parser``)."""
     spec = importlib.util.find_spec(module)
-    return spec is not None and "common.parser(" in Path(spec.origin).read_text()
+    src = Path(spec.origin).read_text() if spec is not None else ""
+    return "common.Suite(" in src or "common.parser(" in src
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -291,7 +292,7 @@ class Instance:
         for e in self.graph_edges:
             if (not isinstance(e, (list, tuple)) or len(e) != 2
                     or any(not isinstance(x, str) or x not in names for x in e)):
-                raise InstanceError(f"field 'graph_edges' has an invalid edge {e!r}")
+                raise InstanceError(f"field 'graph_edges' has an invalid edge {_short(e)}")
             u, v = sorted(e, key=names.__getitem__)
             if (u[:2], v[:2]) == ("ue", "bs") and not present[names[u], names[v] - self.N]:
                 raise InstanceError(f"field 'graph_edges' has the edge {list(e)!r} over an absent "
@@ -455,9 +456,7 @@ def numeric_array(value: Any, name: str) -> np.ndarray:
 
 def _old_names(msg: str, old: dict[str, str]) -> str:
     """A validation message of a format 1 file, with the format 1 field names."""
-    for new, was in old.items():
-        msg = msg.replace(f"field '{new}'", f"field '{was}'")
-    return msg
+    return re.sub(r"field '(\w+)'", lambda m: f"field '{old.get(m[1], m[1])}'", msg)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -498,4 +497,5 @@ def _short(v: Any) -> str:
 
 def _check_array_type(name: str, arr: Any) -> None:
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
-        raise InstanceError(f"field '{name}' must be a numeric numpy array, got {_short(arr)}")
+        raise InstanceError(f"field '{name}' must be a numeric numpy array, got "
+                            f"{type(arr).__name__} {_short(arr)}")

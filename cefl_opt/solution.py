@@ -103,7 +103,9 @@ class Solution:
                     raise InstanceError(f"field 'rounds[{t}].{k}' is missing")
                 arr = numeric_array(r[k], f"rounds[{t}].{k}")
                 if not np.all(np.isfinite(arr)):
-                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value")
+                    bad = np.argwhere(~np.isfinite(arr))[0].tolist()
+                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value "
+                                        f"{arr[tuple(bad)]} at {bad}")
                 if dims is not None:
                     want = tuple(dims[ch] for ch in shape)
                     if arr.shape != want:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .instance import Instance
+from .instance import Instance, validated
 from .solution import RoundDecision, Solution
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
@@ -102,8 +102,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
         "E_A": float(EA_n.sum() + EA_s.sum()),
         "E_R": float(ER_b.sum() + EB_b.sum() + ER_s.sum()),
     }
-    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
-                                        E["E_A"], E["E_R"]]))
+    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"],
+                                               E["E_P_dc"], E["E_A"], E["E_R"]]))
     return {
         **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
         "dP_n": dP_n, "EP_n": EP_n, "dP_s": dP_s, "EP_s": EP_s, "dA_n": dA_n, "dA_s": dA_s,
@@ -297,6 +297,7 @@ class Evaluation:
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None) -> Evaluation:
     """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
+    inst = validated(inst)
     if len(sol.rounds) != inst.T:
         raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
     w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
@@ -327,6 +328,7 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
                           tol: float = FEAS_TOL) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
     Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
+    inst = validated(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 

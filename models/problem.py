@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyomo.environ as pyo
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import RoundDecision, Solution
 from cefl_opt.system import BOUND_FORMS, full_rates, gamma_cap
 
@@ -75,6 +75,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
     J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
     """
+    inst = validated(inst)
     if binaries not in BINARY_MODES:
         raise ValueError(f"option 'binaries' is {binaries!r}: expected one of {BINARY_MODES}")
     if bound not in BOUND_FORMS:

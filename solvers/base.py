@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import Solution
 
 
@@ -165,6 +165,7 @@ def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Result
     the object's fields). Unknown keys, values of the wrong type or range, and an options
     object of another method raise `solvers.options.OptionError` naming the option."""
     from .options import OptionError, build_options
+    inst = validated(inst)
     spec = method_spec(method)
     cls = spec.options_class()
     try:

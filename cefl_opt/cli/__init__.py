@@ -85,6 +85,15 @@ COUNT = number(lo=1, integer=True)           # a count of at least one
 SEED = number(lo=0, integer=True)
 
 
+def add_inputs(p: argparse.ArgumentParser, solution: str | None = None) -> None:
+    """The positional input files: the instance `net` and, when `solution` (its help) is
+    given, the solution `sol`."""
+    from ..instance import FORMAT_TAG
+    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG}; format 1 files load too)")
+    if solution is not None:
+        p.add_argument("sol", help=solution)
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser with the sub-commands of `commands` (all by default)."""

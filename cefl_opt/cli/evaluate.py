@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..instance import FORMAT_TAG, Instance
+from ..instance import Instance
 from ..io import check_distinct, check_writable, write_json_atomic
-from . import EXIT_INFEASIBLE_SOLUTION, EXIT_OK
+from . import EXIT_INFEASIBLE_SOLUTION, EXIT_OK, add_inputs
 
 MAX_VIOLATIONS_SHOWN = 10
 
@@ -20,8 +20,7 @@ def register(sub) -> None:
                                    "parts and a per-round table. Exit 0 when the solution is "
                                    "feasible (every constraint within cefl_opt.system.FEAS_TOL), "
                                    "1 when infeasible, 2 on bad input.")
-    e.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
-    e.add_argument("sol", help="solution JSON (cefl-solution/1)")
+    add_inputs(e, "solution JSON (cefl-solution/1)")
     e.add_argument("--bound", choices=("corollary", "general"), default="corollary",
                    help="form of the ML bound: corollary (eq:convSpecial, default) or general "
                         "(Theorem 1, eq:GenConvBound)")

@@ -9,12 +9,12 @@ import math
 import sys
 from pathlib import Path
 
-from ..instance import FORMAT_TAG, Instance
+from ..instance import Instance
 from ..io import check_distinct, check_writable, write_csv_atomic, write_json_atomic
 from ..learning.data import DATASETS
 from ..learning.models import MODELS
 from ..learning.trainer import DEFAULT_LR
-from . import COUNT, POSITIVE, SEED, OptionError, number
+from . import COUNT, POSITIVE, SEED, OptionError, add_inputs, number
 
 EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 DEFAULT_TARGETS = {"fmnist": "0.6,0.7,0.8", "cifar10": "0.4,0.5,0.6",
@@ -31,8 +31,7 @@ def register(subparsers) -> None:
                     "cumulative values. Rounds beyond the instance's T cycle its rounds (t mod T). "
                     "The step size is --lr, not the instance's eta (0.001, the paper's, is the "
                     "bound's constant and barely trains in few rounds).")
-    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
-    p.add_argument("sol", help="solution JSON (cefl-solution/1) for the same instance")
+    add_inputs(p, "solution JSON (cefl-solution/1) for the same instance")
     p.add_argument("--dataset", required=True, choices=DATASETS)
     p.add_argument("--data-dir", default=None,
                    help="data directory (Fashion-MNIST override; required for cifar10)")
@@ -74,7 +73,7 @@ def register(subparsers) -> None:
         description="The paper's Monte-Carlo estimators (Appendix 'ML Parameter Estimation'), "
                     "one-shot on round 0's data or dynamic over the instance's rounds, scaled "
                     "by --scale. Writes JSON; --apply writes the instance with the estimates.")
-    e.add_argument("net", help="instance JSON")
+    add_inputs(e)
     e.add_argument("--dataset", required=True, choices=DATASETS)
     e.add_argument("--data-dir", default=None)
     e.add_argument("--model", choices=MODELS, default="mlp")

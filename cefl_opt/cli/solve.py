@@ -13,13 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..instance import FORMAT_TAG, Instance
+from ..instance import Instance
 from ..io import check_distinct, check_writable, write_atomic
-from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK
-
-METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no-offload",
-                "decentralized", "centralized-pd")
-
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, add_inputs
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..solvers.base import add_method_flags, methods
@@ -33,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    + "\n".join(f"  {k:20s} {v}" for k, v in descs.items())
                                    + "\n\nEach method option below lists the methods that "
                                      "take it; giving it to another method is an error.")
-    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
+    add_inputs(p)
     p.add_argument("--method", required=True, choices=sorted(descs))
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
     # the method options: one flag per field of the methods' options dataclasses

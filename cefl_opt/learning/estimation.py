@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..instance import Instance, InstanceError
+from ..instance import Instance, InstanceError, validated
 
 J_DEFAULT = 10
 SCALE_DEFAULT = 1.5
@@ -270,6 +270,7 @@ def dpu_datasets(instance: Instance, y_train, *, round: int = 0, seed: int = 0,
     from .offload import offload
     from .partition import DynamicPartition
 
+    instance = validated(instance)
     ue = DynamicPartition(instance, np.asarray(y_train), seed=seed).round(round)
     if solution is None:
         return ue + [np.zeros(0, dtype=np.int64) for _ in range(instance.S)]

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..instance import Instance, InstanceError
+from ..instance import Instance, InstanceError, validated
 from ..solution import Solution
 from .models import make_model
 from .partition import DynamicPartition
@@ -280,6 +280,7 @@ def run_training(instance: Instance, solution: Solution, data, *, method: str = 
                  progress: bool = False) -> TrainResult:
     """One call: build the strategy and trainer, run ``rounds`` rounds, tabulate targets.
     ``average`` only matters for the baselines (see ``strategies.FedNova``)."""
+    instance = validated(instance)
     tr = build_trainer(instance, solution, data, method=method, model=model, lr=lr, mu=mu,
                        seed=seed, vartheta=vartheta, aggregator=aggregator, average=average,
                        cost_fn=cost_fn, test_max=test_max)
