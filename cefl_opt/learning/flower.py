@@ -58,11 +58,12 @@ from flwr.serverapp.strategy import Strategy
 
 from ..instance import InstanceError
 from .strategies import FitIns, FitRes
-from .trainer import (TrainResult, Trainer, batch_rng, build_trainer, local_fedprox,
-                      targets_table)
+from .trainer import (DEFAULT_LR, TrainResult, Trainer, batch_rng, build_trainer,
+                      local_fedprox, targets_table)
 
 DEFAULT_ROUND_TIMEOUT = 600.0   # s a round waits for its replies
 DEFAULT_NODE_WAIT = 120.0       # s the ServerApp waits for the SuperNodes to connect
+OBJECT_STORE_BYTES = 512 * 2**20  # Ray's shared-memory object store (it spills beyond)
 # What each aggregation reads from a reply (strategies.normalized_aggregate reads d_i,
 # average_aggregate x_i); a strategy not listed here gets both.
 REPLY_KIND = {"cefl": "d", "fednova": "d", "fedavg": "params"}
@@ -342,7 +343,7 @@ def _shutdown_ray() -> None:
 
 
 def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, method: str = "cefl",
-                   model: str = "mlp", lr: float | None = None, mu: float | None = None,
+                   model: str = "mlp", lr: float = DEFAULT_LR, mu: float | None = None,
                    seed: int = 0, targets=(0.6, 0.7, 0.8), vartheta="tau_eff",
                    aggregator: int = 0, average: bool = True, cost_fn=None,
                    test_max: int | None = None, cpus: int = 2, client_cpus: float = 1.0,
@@ -354,7 +355,6 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
     ``cpus / client_cpus`` ClientApps run at a time), ``threads`` torch threads per ClientApp.
     Same arguments and result as ``run_training``; ``client`` replaces :data:`client_app`;
     ``on_round(row, x)`` is called with each round's history row and new global model."""
-    from .trainer import DEFAULT_LR
     require_ray()
     if int(rounds) < 1:
         raise InstanceError(f"rounds must be >= 1, got {rounds}")
@@ -362,7 +362,7 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
         raise InstanceError(f"need cpus >= 1 and 0 < client_cpus <= cpus, got cpus={cpus}, "
                             f"client_cpus={client_cpus}")
     trainer = build_trainer(instance, solution, data.load(), method=method, model=model,
-                            lr=DEFAULT_LR if lr is None else lr, mu=mu, seed=seed,
+                            lr=lr, mu=mu, seed=seed,
                             vartheta=vartheta, aggregator=aggregator, average=average,
                             cost_fn=cost_fn, test_max=test_max)
     bar = None
@@ -382,7 +382,10 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
     app = make_server_app(strategy, rounds, min_nodes=n_nodes, round_timeout=round_timeout)
     backend = {"client_resources": {"num_cpus": float(client_cpus), "num_gpus": 0.0},
                "init_args": {"num_cpus": int(cpus), "num_gpus": 0, "include_dashboard": False,
-                             "log_to_driver": not quiet}}
+                             "log_to_driver": not quiet,
+                             # a round's messages: N + S copies of x_t plus indices (MBs);
+                             # Ray's default reserves 30 % of the machine's memory
+                             "object_store_memory": OBJECT_STORE_BYTES}}
     for k, v in RAY_ENV.items():
         os.environ.setdefault(k, v)
     from flwr.simulation import run_simulation as flwr_run_simulation
