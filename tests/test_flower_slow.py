@@ -32,10 +32,10 @@ def free_ports(n: int) -> list[int]:
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    """Until 127.0.0.1:port accepts connections (the SuperLink is up)."""
+    """Until 127.0.0.1:port accepts connections (the SuperLink or SuperNode is up)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        assert proc.poll() is None, f"the SuperLink exited with {proc.returncode}"
+        assert proc.poll() is None, f"{proc.args[0]} exited with {proc.returncode}"
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -107,7 +107,8 @@ def test_deployment_engine_on_localhost(net_files):
                  "--host", "127.0.0.1", "--port", str(port), "--max-wait-time", "120"],
                 env=env, cwd=tmp, stdout=logs[k], stderr=subprocess.STDOUT,
                 start_new_session=True))
-        time.sleep(5)
+        for port, proc in ((n1, procs[1]), (n2, procs[2])):
+            wait_port(port, proc)
         ports = listening([p for proc in procs for p in pids_below(proc.pid)])
         assert len(ports) >= 3 and all_loopback(ports), ports
         cfg = (f'net="{tmp / "net.json"}" sol="{tmp / "sol.json"}" out="{tmp / "deploy.csv"}" '
