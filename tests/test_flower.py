@@ -5,6 +5,7 @@ message pickled both ways, as Ray does); one test runs Flower's simulation engin
 of start-up on 2 busy cores). Deployment engine (SuperLink + SuperNodes) and a SuperNode failing
 under Ray: tests/test_flower_deploy.py (slow).
 """
+import ipaddress
 import os
 import pickle
 import sys
@@ -45,6 +46,45 @@ def net():
 
 def descendants(pid: int = os.getpid()) -> list[str]:
     """Command lines of the live (not zombie) descendant processes of ``pid``."""
+    out = []
+    for p in pids_below(pid)[1:]:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            if stat[stat.rindex(")") + 2] != "Z":
+                out.append(Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return out
+
+
+def listening(pids) -> list[str]:
+    """Addresses ("ip:port") of the TCP sockets the processes ``pids`` listen on."""
+    inodes = set()
+    for p in pids:
+        try:
+            for fd in Path(f"/proc/{p}/fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:           # state LISTEN
+                host, port = f[1].split(":")
+                raw = bytes.fromhex(host)
+                # /proc shows each 32-bit word in host (little-endian) order
+                raw = b"".join(raw[k:k + 4][::-1] for k in range(0, len(raw), 4))
+                ip = ipaddress.ip_address(raw)
+                if ip.version == 6 and ip.ipv4_mapped:
+                    ip = ip.ipv4_mapped
+                out.append(f"{ip}:{int(port, 16)}")
+    return out
+
+
+def pids_below(pid: int = os.getpid()) -> list[int]:
     kids: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -52,18 +92,17 @@ def descendants(pid: int = os.getpid()) -> list[str]:
                 stat = (d / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(d.name))
-    out, todo = [], list(kids.get(pid, []))
+            kids.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d.name))
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            out.append(Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
+        out.append(p)
         todo += kids.get(p, [])
     return out
+
+
+def all_loopback(addresses) -> bool:
+    return all(ipaddress.ip_address(a.rsplit(":", 1)[0]).is_loopback for a in addresses)
 
 
 class InProcessGrid(Grid):
@@ -302,11 +341,15 @@ def test_simulation_engine_equals_local_engine(files, net, digits, monkeypatch, 
     is left behind."""
     inst, sol = net
     _, xs_l = local_models(inst, sol, digits, 3, seed=0)
-    xs_f = []
+    xs_f, ports = [], []
     real = flower.run_simulation
 
+    def on_round(row, x):
+        xs_f.append(x.clone())
+        ports.extend(listening(pids_below()))       # Ray's servers, while they run
+
     def spy(*a, **kw):
-        return real(*a, on_round=lambda row, x: xs_f.append(x.clone()), **kw)
+        return real(*a, on_round=on_round, **kw)
 
     monkeypatch.setattr(flower, "run_simulation", spy)
     assert _train(files, "--engine", "flower", "--rounds", "3") == 0
@@ -318,4 +361,5 @@ def test_simulation_engine_equals_local_engine(files, net, digits, monkeypatch, 
     loc = {p.name: p.read_bytes() for p in files.glob("h*.csv")}
     assert set(flw) == {"h.csv", "h.targets.csv"} and flw == loc
     assert b"cefl,0," in loc["h.csv"]
+    assert len(ports) >= 3 and all_loopback(ports), ports     # gcs, raylet, workers
     assert not any("ray" in c for c in descendants()), descendants()

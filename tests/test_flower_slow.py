@@ -14,7 +14,7 @@ import pytest
 from cefl_opt.cli import main
 from cefl_opt.learning import flower
 from cefl_opt.learning.toy import toy_instance, toy_solution
-from test_flower import descendants, failing_client
+from test_flower import all_loopback, descendants, failing_client, listening, pids_below
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -32,10 +32,10 @@ def free_ports(n: int) -> list[int]:
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    """Until 127.0.0.1:port accepts connections (the SuperLink is up)."""
+    """Until 127.0.0.1:port accepts connections (the SuperLink or SuperNode is up)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        assert proc.poll() is None, f"the SuperLink exited with {proc.returncode}"
+        assert proc.poll() is None, f"{proc.args[0]} exited with {proc.returncode}"
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -43,27 +43,8 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
-def tree(pid: int) -> list[int]:
-    """pid and its live descendants (a SuperLink's and SuperNode's SuperExec run in sessions
-    of their own, so killing the process group is not enough)."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            kids.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += kids.get(p, [])
-    return out
-
-
 def stop(procs: list[subprocess.Popen]) -> None:
-    pids = [p for proc in procs for p in tree(proc.pid)]
+    pids = [p for proc in procs for p in pids_below(proc.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in pids:
             try:
@@ -126,6 +107,10 @@ def test_deployment_engine_on_localhost(net_files):
                  "--host", "127.0.0.1", "--port", str(port), "--max-wait-time", "120"],
                 env=env, cwd=tmp, stdout=logs[k], stderr=subprocess.STDOUT,
                 start_new_session=True))
+        for port, proc in ((n1, procs[1]), (n2, procs[2])):
+            wait_port(port, proc)
+        ports = listening([p for proc in procs for p in pids_below(proc.pid)])
+        assert len(ports) >= 3 and all_loopback(ports), ports
         cfg = (f'net="{tmp / "net.json"}" sol="{tmp / "sol.json"}" out="{tmp / "deploy.csv"}" '
                f'dataset="digits" rounds=1 min-nodes=2 round-timeout=240.0')
         run = subprocess.run([str(BIN / "flwr"), "run", str(REPO / "flower_app"), "cefl-local",

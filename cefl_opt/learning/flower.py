@@ -24,7 +24,8 @@ Messages. Instruction (ServerApp -> SuperNode), a ``RecordDict`` with
 (int64 training-set indices the DPU holds after the round's offloading) and ``"config"``
 (round, dpu, gamma, batch-size, lr, mu, seed, model, n-classes, dataset, data-dir, data-seed,
 reply, threads). Reply: ``"arrays"``: ``{"d": d_i}`` (eq:normalGrad) or ``{"params": x_i}``, and
-``"metrics"``: dpu, num-examples (D_i), gamma, eta, a-l1, train-loss. The SuperNodes load the
+``"metrics"``: dpu, num-examples (D_i), gamma, eta, a-l1, train-loss, fit-s (seconds of the
+local steps). The SuperNodes load the
 training set themselves with the same loader and seed, so only indices travel (the paper's
 offloading moves samples; in this simulation of it the samples are already everywhere).
 
@@ -43,7 +44,6 @@ import logging
 import math
 import os
 import time
-import uuid
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,17 +58,22 @@ from flwr.serverapp.strategy import Strategy
 
 from ..instance import InstanceError
 from .strategies import FitIns, FitRes
-from .trainer import (TrainResult, Trainer, batch_rng, build_trainer, local_fedprox,
-                      targets_table)
+from .trainer import (DEFAULT_LR, TrainResult, Trainer, batch_rng, build_trainer,
+                      local_fedprox, targets_table)
 
 DEFAULT_ROUND_TIMEOUT = 600.0   # s a round waits for its replies
 DEFAULT_NODE_WAIT = 120.0       # s the ServerApp waits for the SuperNodes to connect
+OBJECT_STORE_BYTES = 512 * 2**20  # Ray's shared-memory object store (it spills beyond)
 # What each aggregation reads from a reply (strategies.normalized_aggregate reads d_i,
 # average_aggregate x_i); a strategy not listed here gets both.
 REPLY_KIND = {"cefl": "d", "fednova": "d", "fedavg": "params"}
-# Environment of the simulation engine: no telemetry or usage statistics leave the machine.
-QUIET_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "RAY_USAGE_STATS_ENABLED": "0",
-             "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+# Environment of the simulation engine (set unless already set, before Ray is imported): no
+# telemetry or usage statistics leave the machine, and Ray runs as a one-machine cluster whose
+# node address is 127.0.0.1, so every Ray server listens on loopback only (Ray's switch for
+# this is named after Windows/macOS, where it is the default; without it Ray binds its gRPC
+# servers to all interfaces).
+RAY_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
 
 class FlowerUnavailable(InstanceError):
@@ -123,8 +128,10 @@ def local_train(content: RecordDict) -> RecordDict:
     idx = content["samples"]["indices"].numpy().astype(np.int64, copy=False)
     dpu, r = int(cfg["dpu"]), int(cfg["round"])
     ins = FitIns(dpu, idx, int(cfg["gamma"]), int(cfg["batch-size"]))
+    t0 = time.perf_counter()
     res = local_fedprox(model, x_t, X, y, ins, lr=float(cfg["lr"]), mu=float(cfg["mu"]),
                         rng=batch_rng(int(cfg["seed"]), r, dpu))
+    fit_s = time.perf_counter() - t0
     kind = str(cfg["reply"])
     arrays = {}
     if kind in ("d", "both"):
@@ -132,7 +139,8 @@ def local_train(content: RecordDict) -> RecordDict:
     if kind in ("params", "both"):
         arrays["params"] = Array(res.params.numpy())
     metrics = MetricRecord({"dpu": dpu, "num-examples": res.num_samples, "gamma": res.gamma,
-                            "eta": res.eta, "a-l1": res.a_l1, "train-loss": res.train_loss})
+                            "eta": res.eta, "a-l1": res.a_l1, "train-loss": res.train_loss,
+                            "fit-s": fit_s})
     return RecordDict({"arrays": ArrayRecord(arrays), "metrics": metrics})
 
 
@@ -165,7 +173,10 @@ class CEFLStrategy(Strategy):
         self.threads = int(threads)
         self.on_round = on_round     # on_round(row, x_{t+1}) after every round
         self.reply = REPLY_KIND.get(trainer.strategy.name, "both")
-        self._open = None   # (r, plan, t0, {message id: dpu}, {dpu: node}, [messages])
+        self._open = None   # (r, plan, t0, {dpu: node}, [messages]) of the open round
+        # per round: seconds the ClientApps spent in local_fedprox, summed over the DPUs (the
+        # rest of the round's train_s is planning, aggregation and Flower's messaging)
+        self.fit_seconds: list[float] = []
 
     def summary(self) -> None:
         pass
@@ -203,6 +214,7 @@ class CEFLStrategy(Strategy):
         r, plan, t0, node_of, msgs = self._open
         results = self._results(r, plan, node_of, msgs, list(replies))
         row = self.trainer.finish_round(r, plan, results, t0)
+        self.trainer.timings[-1]["fit_s"] = self.fit_seconds[-1]
         self._open = None
         if self.on_round is not None:
             self.on_round(row, self.trainer.x)
@@ -248,6 +260,8 @@ class CEFLStrategy(Strategy):
                      for d in want if d not in got and d not in failed]
         if problems:
             raise EngineError(f"round {r}: " + "; ".join(problems))
+        self.fit_seconds.append(sum(float(rep.content["metrics"].get("fit-s", 0.0))
+                                    for rep in replies))
         return [got[ins.dpu] for ins in plan.fit]
 
     @staticmethod
@@ -329,7 +343,7 @@ def _shutdown_ray() -> None:
 
 
 def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, method: str = "cefl",
-                   model: str = "mlp", lr: float | None = None, mu: float | None = None,
+                   model: str = "mlp", lr: float = DEFAULT_LR, mu: float | None = None,
                    seed: int = 0, targets=(0.6, 0.7, 0.8), vartheta="tau_eff",
                    aggregator: int = 0, average: bool = True, cost_fn=None,
                    test_max: int | None = None, cpus: int = 2, client_cpus: float = 1.0,
@@ -341,7 +355,6 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
     ``cpus / client_cpus`` ClientApps run at a time), ``threads`` torch threads per ClientApp.
     Same arguments and result as ``run_training``; ``client`` replaces :data:`client_app`;
     ``on_round(row, x)`` is called with each round's history row and new global model."""
-    from .trainer import DEFAULT_LR
     require_ray()
     if int(rounds) < 1:
         raise InstanceError(f"rounds must be >= 1, got {rounds}")
@@ -349,7 +362,7 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
         raise InstanceError(f"need cpus >= 1 and 0 < client_cpus <= cpus, got cpus={cpus}, "
                             f"client_cpus={client_cpus}")
     trainer = build_trainer(instance, solution, data.load(), method=method, model=model,
-                            lr=DEFAULT_LR if lr is None else lr, mu=mu, seed=seed,
+                            lr=lr, mu=mu, seed=seed,
                             vartheta=vartheta, aggregator=aggregator, average=average,
                             cost_fn=cost_fn, test_max=test_max)
     bar = None
@@ -369,8 +382,11 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
     app = make_server_app(strategy, rounds, min_nodes=n_nodes, round_timeout=round_timeout)
     backend = {"client_resources": {"num_cpus": float(client_cpus), "num_gpus": 0.0},
                "init_args": {"num_cpus": int(cpus), "num_gpus": 0, "include_dashboard": False,
-                             "log_to_driver": not quiet}}
-    for k, v in QUIET_ENV.items():
+                             "log_to_driver": not quiet,
+                             # a round's messages: N + S copies of x_t plus indices (MBs);
+                             # Ray's default reserves 30 % of the machine's memory
+                             "object_store_memory": OBJECT_STORE_BYTES}}
+    for k, v in RAY_ENV.items():
         os.environ.setdefault(k, v)
     from flwr.simulation import run_simulation as flwr_run_simulation
     try:

@@ -152,8 +152,8 @@ class Trainer:
         self.round = 0
         self.rows: list[dict] = []
         # per round: "train_s" (partition, offloading, local steps, aggregation), "eval_s" (test
-        # set), "samples_processed" (sum of gamma_i * batch_i); kept out of the history so that
-        # the history stays bitwise reproducible
+        # set), "samples_processed" (sum of gamma_i * batch_i), "fit_s" (the local steps alone,
+        # summed over the DPUs); kept out of the history so that it stays bitwise reproducible
         self.timings: list[dict] = []
         self._cum_delay = 0.0
         self._cum_energy = 0.0
@@ -161,10 +161,14 @@ class Trainer:
     def step(self) -> dict:
         """Run one global round and return its history row."""
         r, plan, t0 = self.plan_round()
+        t_fit = time.perf_counter()
         results = [local_fedprox(self.model, self.x, self.X, self.y, ins, lr=self.lr, mu=self.mu,
                                  rng=batch_rng(self.seed, r, ins.dpu), loss_fn=self.loss_fn)
                    for ins in plan.fit]
-        return self.finish_round(r, plan, results, t0)
+        t_fit = time.perf_counter() - t_fit
+        row = self.finish_round(r, plan, results, t0)
+        self.timings[-1]["fit_s"] = t_fit
+        return row
 
     def plan_round(self):
         """Round ``r``'s data and orchestration: ``(r, plan, t0)``. The local steps of
