@@ -24,7 +24,6 @@ import os
 import platform
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ if str(ROOT) not in sys.path:
 import pyomo.environ as pyo  # noqa: E402
 
 from cefl_opt.generator import make_instance  # noqa: E402
+from cefl_opt.io import write_csv_atomic  # noqa: E402
 from cefl_opt.models import (build_problem, consensus_constraints, node_blocks,  # noqa: E402
                              node_constraints)
 
@@ -103,19 +103,6 @@ def run_isolated(args: tuple) -> dict:
     if status != "ok":
         raise RuntimeError(f"build failed for {args[:2]}: {res}")
     return res
-
-
-def write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            df.to_csv(fh, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv=None) -> int:

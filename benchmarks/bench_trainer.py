@@ -26,7 +26,6 @@ import argparse
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cefl_opt.io import write_csv_atomic  # noqa: E402
 from cefl_opt.learning.data import load_dataset  # noqa: E402
 from cefl_opt.learning.models import forward_flops, make_model, train_flops_per_sample  # noqa: E402
 from cefl_opt.learning.strategies import CEFL  # noqa: E402
@@ -90,14 +90,6 @@ def bench_model(kind, inst, sol, cost_fn, data, rounds, lr, seed):
         "delay_s_per_round": float(hist["delay_s"].mean()),
         "energy_J_per_round": float(hist["energy_J"].mean()),
     }
-
-
-def write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", newline="") as fh:
-        df.to_csv(fh, index=False)
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -123,7 +122,7 @@ def instance(preset: str = "paper", *, seed: int = 0, rounds: int = 3, **kw):
 
 
 def weights_of(inst) -> dict[str, float]:
-    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3_total": float(inst.xi3_total)}
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3": float(inst.xi3)}
 
 
 # ---- summaries of an orchestration -------------------------------------------------------------
@@ -223,15 +222,9 @@ def verdict(tr: dict[str, Any], want: str) -> str:
 
 # ---- files -----------------------------------------------------------------------------------
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    """Write atomically (temporary file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", newline="") as fh:
-        df.to_csv(fh, index=False)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, path)
-    return path
+    """CSV written atomically (`cefl_opt.io`)."""
+    from cefl_opt.io import write_csv_atomic
+    return write_csv_atomic(df, path)
 
 
 def plt():
@@ -242,16 +235,12 @@ def plt():
 
 
 def save_fig(fig, path: Path, dpi: int = 110) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
-    os.close(fd)
+    """Lay out, write atomically as PNG (`cefl_opt.io`) and close a figure."""
+    from cefl_opt.io import write_png_atomic
     fig.tight_layout()
-    fig.savefig(tmp, dpi=dpi)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_png_atomic(fig, path, dpi=dpi)
     plt().close(fig)
-    return path
+    return Path(path)
 
 
 def print_table(df: pd.DataFrame, title: str | None = None, cols: Iterable[str] | None = None,

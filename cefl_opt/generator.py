@@ -29,6 +29,7 @@ Every default number, with where it comes from (SI units):
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,43 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 MBIT, GBIT = 1e6, 1e9
+# Memory to generate and write one element of a per-round [T][N][B] array (R_nb, P_nb, R_bn):
+# the numpy value and its temporaries, the Python float and list slot of `tolist()` and the
+# JSON text; and per UE-BS pair of the communication graph's construction.
+BYTES_PER_ELEMENT, BYTES_PER_PAIR = 300, 150
+
+
+def memory_estimate(ues: int, bss: int, dcs: int, rounds: int) -> float:
+    """Bytes that generating and saving an instance of this size needs (an estimate)."""
+    per_round = ues * bss + bss * dcs + dcs * dcs + 7 * ues + dcs
+    return float(BYTES_PER_ELEMENT) * rounds * per_round + BYTES_PER_PAIR * ues * bss
+
+
+def check_size(ues: int, bss: int, dcs: int, rounds: int) -> None:
+    """Refuse sizes below one or whose generation cannot fit in this machine's memory,
+    naming the sizes and the estimate."""
+    for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InstanceError(f"'{k}' must be an integer >= 1, got {v!r}")
+    need, have = memory_estimate(ues, bss, dcs, rounds), _physical_memory()
+    if have is not None and need > have:
+        raise InstanceError(f"network of {ues} UEs, {bss} BSs, {dcs} DCs and {rounds} rounds "
+                            f"needs about {_bytes(need)} of memory to generate and write; this "
+                            f"machine has {_bytes(have)}")
+
+
+def _physical_memory() -> float | None:
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def _bytes(x: float) -> str:
+    for unit, k in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if x >= k:
+            return f"{x / k:.3g} {unit}"
+    return f"{x:.3g} bytes"
 
 
 def _normal_clip(rng: np.random.Generator, mean: np.ndarray, sd: np.ndarray, lo: float,
@@ -59,13 +97,13 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
     if preset not in PRESETS:
         raise InstanceError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
     size = dict(PRESETS[preset])
-    for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds)):
-        if v is not None:
-            if int(v) < 1:
-                raise InstanceError(f"option '--{k}' must be >= 1, got {v}")
-            size[k] = int(v)
+    size.update({k: v for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds))
+                 if v is not None})
+    check_size(**size)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InstanceError(f"'seed' must be an integer >= 0, got {seed!r}")
     if not 0.0 <= concentration < 1.0:
-        raise InstanceError(f"option 'concentration' must be in [0, 1), got {concentration}")
+        raise InstanceError(f"'concentration' must be in [0, 1), got {concentration}")
     N, B, S, T = size["ues"], size["bss"], size["dcs"], size["rounds"]
     rng = np.random.default_rng(seed)
 
@@ -111,7 +149,7 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
         P_bs=P_bs, R_sb=R_sb, P_sb=P_sb, R_ss=R_ss, P_ss=P_ss, c=c, alpha=alpha,
         f_min=np.full(N, 1e5), f_max=np.full(N, 2.3e9), M=np.full(S, 700.0),
         C=np.full(S, 5e6), Pbar=np.full(S, 200.0), Theta=np.ones(N + S), sigma=np.ones(N + S),
-        Delta=np.full((T, N + S), 0.3), xi3=np.ones(6), beta_D=beta_D, beta_M=4e7,
+        Delta=np.full((T, N + S), 0.3), xi3_parts=np.ones(6), beta_D=beta_D, beta_M=4e7,
         vartheta=1.0,
         dc_names=[DC_NAMES[s] if s < len(DC_NAMES) else f"DC-{s}" for s in range(S)],
         ue_subnet=ue_sub.tolist(), bs_subnet=bs_sub.tolist(), dc_subnet=dc_sub.tolist(),
@@ -125,7 +163,7 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
             raise InstanceError(f"unknown instance field {k!r}")
         setattr(inst, k, np.asarray(v, float) if isinstance(getattr(inst, k), np.ndarray) else v)
     inst.validate()
-    if not any(k in overrides for k in ("xi1", "xi2", "xi3_total")):
+    if not any(k in overrides for k in ("xi1", "xi2", "xi3", "xi3_total")):
         from .system import normalising_weights
         for k, v in normalising_weights(inst).items():
             setattr(inst, k, float(v))

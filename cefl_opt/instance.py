@@ -5,20 +5,24 @@ solvers rescale internally (GHz, Gbit/s, ...); the instance file stays physical.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
+import numbers
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-FORMAT_TAG = "cefl-instance/1"
+from .io import InputError, read_json, write_json_atomic
+
+# Format 2 names the objective's energy weight xi3 (the paper's xi_3) and its six sub-weights
+# xi3_parts; format 1 called them xi3_total and xi3. Both load; files are written in format 2.
+FORMAT_TAG = "cefl-instance/2"
+FORMAT_1 = "cefl-instance/1"
+FORMAT_1_RENAMES = {"xi3": "xi3_parts", "xi3_total": "xi3"}
 
 
-class InstanceError(ValueError):
+class InstanceError(InputError):
     """A malformed or physically impossible instance; the message names the field and value."""
 
 
@@ -50,7 +54,7 @@ ARRAY_FIELDS: dict[str, tuple[str, str]] = {
     "Theta": ("I", "nonneg"),       # local data variability (Assumption 2)
     "sigma": ("I", "nonneg"),       # data standard deviation sigma~_i
     "Delta": ("TI", "nonneg"),      # model drift per unit time
-    "xi3": ("K6", "nonneg"),        # energy sub-weights xi_{3,1..6}
+    "xi3_parts": ("K6", "nonneg"),  # energy sub-weights xi_{3,1..6} (format 1: 'xi3')
 }
 
 SCALAR_FIELDS: dict[str, str] = {
@@ -58,7 +62,7 @@ SCALAR_FIELDS: dict[str, str] = {
     "eta": "pos", "mu": "nonneg", "vartheta": "pos", "L": "pos",
     "zeta1": "ge1", "zeta2": "nonneg", "F0_minus_Fstar": "nonneg",
     "gamma_min": "ge1", "gamma_max": "ge1", "m_floor": "unit_pos", "z_floor": "unit_pos",
-    "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3_total": "nonneg",
+    "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3": "nonneg",
 }
 
 META_FIELDS = ("name", "preset", "seed", "dc_names", "ue_subnet", "bs_subnet", "dc_subnet",
@@ -92,7 +96,7 @@ class Instance:
     Theta: np.ndarray
     sigma: np.ndarray
     Delta: np.ndarray
-    xi3: np.ndarray
+    xi3_parts: np.ndarray
     beta_D: float = 6272.0
     beta_M: float = 4.0e7
     rho_idle: float = 0.4
@@ -110,7 +114,7 @@ class Instance:
     R_floor: float = 1.0e6
     xi1: float = 1.0
     xi2: float = 1.0
-    xi3_total: float = 1.0
+    xi3: float = 1.0
     preset: str = "custom"
     seed: int | None = None
     dc_names: list[str] = field(default_factory=list)
@@ -145,11 +149,26 @@ class Instance:
     def dims(self) -> dict[str, int]:
         return {"T": self.T, "N": self.N, "B": self.B, "S": self.S, "I": self.I, "K6": 6}
 
+    # ---- compatibility ---------------------------------------------------------------------
+    @property
+    def xi3_total(self) -> float:
+        """Format 1's name of the energy weight xi3 (kept for old call sites)."""
+        return self.xi3
+
+    @xi3_total.setter
+    def xi3_total(self, value: float) -> None:
+        self.xi3 = value
+
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> "Instance":
-        """Check shapes, signs and structure; raise InstanceError naming the field and value."""
+        """Check types, shapes, signs and structure; raise InstanceError naming the field and
+        value. Every entry point of the library (build_problem, solve, evaluate, training,
+        estimation) calls it through :func:`validated`."""
+        for name in ARRAY_FIELDS:
+            _check_array_type(name, getattr(self, name))
         if self.Dbar.ndim != 2 or self.Rmax_bs.ndim != 2:
-            raise InstanceError("field 'Dbar' must be [T][N] and 'Rmax_bs' [B][S]")
+            raise InstanceError(f"field 'Dbar' must be [T][N] and 'Rmax_bs' [B][S]; got shapes "
+                                f"{list(self.Dbar.shape)} and {list(self.Rmax_bs.shape)}")
         d = self.dims()
         if min(d["T"], d["N"], d["B"], d["S"]) < 1:
             raise InstanceError(f"instance needs at least one round, UE, BS and DC; got {d}")
@@ -169,10 +188,13 @@ class Instance:
                                     f"(must be {_KIND_TEXT[kind]})")
         for name, kind in SCALAR_FIELDS.items():
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-                raise InstanceError(f"field '{name}' must be a finite number, got {v!r}")
+            if (isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real)
+                    or not math.isfinite(float(v))):
+                raise InstanceError(f"field '{name}' must be a finite number, got {_short(v)}")
             if _kind_violation(np.array([float(v)]), kind).any():
                 raise InstanceError(f"field '{name}' has invalid value {v} (must be {_KIND_TEXT[kind]})")
+        if not isinstance(self.name, str):
+            raise InstanceError(f"field 'name' must be a string, got {_short(self.name)}")
         if np.any(self.f_min > self.f_max):
             n = int(np.argmax(self.f_min > self.f_max))
             raise InstanceError(f"field 'f_min' value {self.f_min[n]} exceeds f_max "
@@ -253,45 +275,47 @@ class Instance:
 
     @classmethod
     def from_dict(cls, data: Any, *, validate: bool = True) -> "Instance":
+        """An instance from its JSON object (format 2, or format 1 with its old names). Every
+        array and scalar field is required; booleans are not numbers."""
         if not isinstance(data, dict):
-            raise InstanceError("instance file must hold a JSON object")
+            raise InstanceError(f"an instance must be a JSON object, got {_short(data)}")
         fmt = data.get("format")
-        if fmt != FORMAT_TAG:
-            raise InstanceError(f"field 'format' is {fmt!r}, expected {FORMAT_TAG!r}")
+        if fmt == FORMAT_1:
+            data = {FORMAT_1_RENAMES.get(k, k): v for k, v in data.items()}
+        elif fmt != FORMAT_TAG:
+            raise InstanceError(f"field 'format' is {_short(fmt)}, expected {FORMAT_TAG!r} "
+                                f"(or {FORMAT_1!r})")
+        old = {v: k for k, v in FORMAT_1_RENAMES.items()} if fmt == FORMAT_1 else {}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known - {"format"})
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in instance (known: format, "
-                                f"{', '.join(sorted(known))})")
-        required = set(ARRAY_FIELDS) | {"name"}
-        missing = sorted(required - set(data))
+                                f"{', '.join(sorted(old.get(k, k) for k in known))})")
+        missing = [k for k in ("name", *ARRAY_FIELDS, *SCALAR_FIELDS) if k not in data]
         if missing:
-            raise InstanceError(f"field {missing[0]!r} is missing")
+            names = [old.get(k, k) for k in missing]
+            raise InstanceError(f"field {names[0]!r} is missing"
+                                + (f" (also missing: {', '.join(names[1:])})" if names[1:] else ""))
         kw: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
                 continue
-            v = data[f.name]
+            v, label = data[f.name], old.get(f.name, f.name)
             if f.name in ARRAY_FIELDS:
-                try:
-                    arr = np.asarray(v, dtype=float)
-                except (TypeError, ValueError):
-                    raise InstanceError(f"field '{f.name}' is not a numeric array: "
-                                        f"{_short(v)}") from None
-                if arr.dtype == object:
-                    raise InstanceError(f"field '{f.name}' is a ragged array")
-                kw[f.name] = arr
+                kw[f.name] = numeric_array(v, label)
             elif f.name in SCALAR_FIELDS:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise InstanceError(f"field '{f.name}' must be a number, got {_short(v)}")
-                try:
-                    kw[f.name] = float(v)
-                except OverflowError:
-                    raise InstanceError(f"field '{f.name}' value {_short(v)} is too large") from None
+                    raise InstanceError(f"field '{label}' must be a number, got {_short(v)}")
+                kw[f.name] = float(v)
             else:
                 kw[f.name] = v
         inst = cls(**kw)
-        return inst.validate() if validate else inst
+        if validate:
+            try:
+                inst.validate()
+            except InstanceError as e:
+                raise InstanceError(_old_names(str(e), old)) from None
+        return inst
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
@@ -301,11 +325,45 @@ class Instance:
         return cls.from_dict(read_json(path, what="instance"), validate=validate)
 
     def copy(self, **changes: Any) -> "Instance":
+        """A validated copy with fields replaced (format 1's name xi3_total is accepted)."""
+        if "xi3_total" in changes:
+            changes["xi3"] = changes.pop("xi3_total")
         d = self.to_dict()
-        d.pop("format")
         d.update({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in changes.items()})
-        d["format"] = FORMAT_TAG
         return Instance.from_dict(d)
+
+
+def validated(obj: Any) -> Instance:
+    """`obj` if it is a valid Instance; otherwise InstanceError naming the problem. The one
+    check every entry point of the library runs on its instance argument."""
+    if not isinstance(obj, Instance):
+        raise InstanceError(f"expected a cefl_opt.Instance, got {type(obj).__name__} "
+                            f"{_short(obj)}")
+    return obj.validate()
+
+
+def numeric_array(value: Any, name: str) -> np.ndarray:
+    """`value` (nested JSON lists of numbers) as a float array; InstanceError naming `name`
+    for booleans, strings, nulls and ragged nesting."""
+    stack = [(value, ())]
+    while stack:
+        x, idx = stack.pop()
+        if isinstance(x, list):
+            stack.extend((y, idx + (i,)) for i, y in enumerate(x))
+        elif isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise InstanceError(f"field '{name}' has a non-number {_short(x)} at {list(idx)}")
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InstanceError(f"field '{name}' is a ragged array: {_short(value)}") from None
+    return arr
+
+
+def _old_names(msg: str, old: dict[str, str]) -> str:
+    """A validation message of a format 1 file, with the format 1 field names."""
+    for new, was in old.items():
+        msg = msg.replace(f"field '{new}'", f"field '{was}'")
+    return msg
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -353,38 +411,6 @@ def _short(v: Any) -> str:
     return s if len(s) < 60 else s[:57] + "..."
 
 
-def read_json(path: str | Path, *, what: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise InstanceError(f"{what} file '{p}' does not exist")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise InstanceError(f"{what} file '{p}' is not valid JSON: {e.msg} at line {e.lineno} "
-                            f"column {e.colno}") from None
-    except UnicodeDecodeError:
-        raise InstanceError(f"{what} file '{p}' is not UTF-8 text") from None
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temporary file and rename it: never a partly written output."""
-    write_atomic(path, json.dumps(data, indent=1))
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # a unique temporary name in the same folder, removed if anything fails before the rename
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _check_array_type(name: str, arr: Any) -> None:
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
+        raise InstanceError(f"field '{name}' must be a numeric numpy array, got {_short(arr)}")

@@ -85,7 +85,7 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
         "E_A": float(EA_n.sum() + EA_s.sum()),
         "E_R": float(ER_b.sum() + EB_b.sum() + ER_s.sum()),
     }
-    E_weighted = float(np.dot(inst.xi3, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
+    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
                                         E["E_A"], E["E_R"]]))
     return {
         **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
@@ -205,7 +205,7 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
     """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
     if len(sol.rounds) != inst.T:
         raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total, **(weights or {})}
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
     rounds, gam, ms, taus, Di = [], [], [], [], []
     for t, r in enumerate(sol.rounds):
         rt = round_terms(inst, t, r)
@@ -301,4 +301,4 @@ def normalising_weights(inst: Instance) -> dict[str, float]:
     """xi1, xi2, xi3 that make each part of the objective 1 at the reference orchestration."""
     ev = evaluate(inst, reference_solution(inst), weights={"xi1": 1.0, "xi2": 1.0, "xi3": 1.0})
     return {"xi1": 1.0 / ev.terms["ml_bound"], "xi2": 1.0 / ev.terms["delay"],
-            "xi3_total": 1.0 / ev.terms["energy"]}
+            "xi3": 1.0 / ev.terms["energy"]}

@@ -105,7 +105,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     dM_bn = inst.beta_M / inst.R_bn                            # [T,B,N]
     kP = inst.c / GHZ                                          # s*GHz per sample
     kE = inst.c * inst.alpha / 2.0 * GHZ ** 2                  # J per sample per GHz^2
-    xi3 = inst.xi3
+    xi3 = inst.xi3_parts
     R0 = full_rates(inst) / GBIT
     mglob = {"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
              "h_max": (0.0, None)}

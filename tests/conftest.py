@@ -34,10 +34,10 @@ def hand_instance() -> Instance:
         M=np.array([10.0, 20.0]), C=np.array([1000.0, 2000.0]), Pbar=np.array([100.0, 200.0]),
         Theta=np.array([1.0, 2.0, 3.0, 4.0]), sigma=np.array([1.0, 1.0, 2.0, 1.0]),
         Delta=np.array([[0.3] * 4, [0.5] * 4]),
-        xi3=np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        xi3_parts=np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
         beta_D=1e3, beta_M=1e6, rho_idle=0.4, eta=0.1, mu=1.0, vartheta=0.5, L=1.0,
         zeta1=1.0, zeta2=1.5, F0_minus_Fstar=2.3, gamma_min=1.0, gamma_max=20.0,
-        m_floor=0.01, z_floor=0.01, R_floor=1e6, xi1=2.0, xi2=3.0, xi3_total=0.5,
+        m_floor=0.01, z_floor=0.01, R_floor=1e6, xi1=2.0, xi2=3.0, xi3=0.5,
     ).validate()
 
 

@@ -293,35 +293,6 @@ def test_console_script_bad_file_and_infeasible(tmp_path):
     assert p.returncode == 1 and "t0:f<=f_max[0]" in p.stdout
 
 
-# ---------------------------------------------------------------------- optional modules
-def test_optional_module_missing_is_skipped_but_broken_one_raises(tmp_path, monkeypatch):
-    assert cli._import_optional("cefl_opt.no_such_module_xyz") is None
-    (tmp_path / "broken_cmds_xyz.py").write_text("import no_such_dependency_xyz\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
-        cli._import_optional("broken_cmds_xyz")
-
-
-def test_plugin_commands_are_dispatched(tmp_path, monkeypatch, capsys):
-    (tmp_path / "fake_cmds_xyz.py").write_text(
-        "from cefl_opt.instance import InstanceError\n"
-        "def register(sub):\n"
-        "    p = sub.add_parser('hello')\n"
-        "    p.add_argument('--fail', action='store_true')\n"
-        "    p.set_defaults(func=run)\n"
-        "def run(args):\n"
-        "    if args.fail:\n"
-        "        raise InstanceError(\"field 'x' is bad\")\n"
-        "    print('hi')\n"
-        "    return 0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cli, "OPTIONAL_MODULES", (("fake_cmds_xyz", "hello"),
-                                                  ("cefl_opt.no_such_module_xyz", "nothing")))
-    assert run(["hello"], capsys)[:2] == (0, "hi\n")
-    rc, _, err = run(["hello", "--fail"], capsys)
-    assert rc == 2 and err == "cefl-opt: error: field 'x' is bad\n"
-
-
 def test_solution_written_by_cli_round_trips(small):
     path, inst = small
     sol = Solution.load(path / "ref.json", inst)

@@ -91,7 +91,7 @@ def test_sizes_override_and_presets():
     assert p.dc_names == ["Indy-5G-Zone", "Discovery-Park", "Wisconsin", "Utah", "Clemson"]
     t = make_instance("tiny")
     assert (t.N, t.B, t.S) == (2, 1, 2)
-    with pytest.raises(InstanceError, match="--ues"):
+    with pytest.raises(InstanceError, match="'ues'"):
         make_instance("small", ues=0)
     with pytest.raises(InstanceError, match="unknown preset"):
         make_instance("huge")

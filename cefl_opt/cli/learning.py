@@ -1,21 +1,18 @@
-"""``cefl-opt train`` and ``cefl-opt estimate`` (issue 5). The main CLI calls
-:func:`register` with its sub-parser collection; each sub-command sets ``func`` to a handler
-``handler(args) -> int``. Bad input raises ``cefl_opt.instance.InstanceError`` (the main CLI
-turns it into exit status 2). Standalone: ``python -m cefl_opt.learning.cli train ...``.
+"""``cefl-opt train`` and ``cefl-opt estimate`` (issue 5). Every option is checked, and the
+outputs are checked to be writable and distinct from the inputs, before any data is loaded; bad
+input raises :class:`cefl_opt.io.InputError` (exit status 2).
 """
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import sys
-import tempfile
 from pathlib import Path
 
-from ..instance import Instance, InstanceError, write_json_atomic
-from .data import DATASETS
-from .models import MODELS
-from .trainer import DEFAULT_LR
+from ..instance import FORMAT_TAG, Instance
+from ..io import check_distinct, check_writable, write_csv_atomic, write_json_atomic
+from ..learning.data import DATASETS
+from ..learning.models import MODELS
+from ..learning.trainer import DEFAULT_LR
+from . import COUNT, POSITIVE, SEED, OptionError, number
 
 DEFAULT_TARGETS = {"fmnist": "0.6,0.7,0.8", "cifar10": "0.4,0.5,0.6",
                    "mnist5k": "0.6,0.7,0.8", "digits": "0.6,0.7,0.8"}
@@ -31,33 +28,33 @@ def register(subparsers) -> None:
                     "cumulative values. Rounds beyond the instance's T cycle its rounds (t mod T). "
                     "The step size is --lr, not the instance's eta (0.001, the paper's, is the "
                     "bound's constant and barely trains in few rounds).")
-    p.add_argument("net", help="instance JSON (cefl-instance/1)")
+    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
     p.add_argument("sol", help="solution JSON (cefl-solution/1) for the same instance")
     p.add_argument("--dataset", required=True, choices=DATASETS)
     p.add_argument("--data-dir", default=None,
                    help="data directory (Fashion-MNIST override; required for cifar10)")
     p.add_argument("--model", choices=MODELS, default="mlp")
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--rounds", type=COUNT, default=20)
     p.add_argument("--targets", default=None,
                    help="comma-separated target accuracies (default: 0.6,0.7,0.8; cifar10 "
                         "0.4,0.5,0.6)")
     p.add_argument("--method", choices=("cefl", "fednova", "fedavg"), default="cefl")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=DEFAULT_LR,
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--lr", type=POSITIVE, default=DEFAULT_LR,
                    help=f"local SGD step size (default {DEFAULT_LR})")
-    p.add_argument("--mu", type=float, default=None,
+    p.add_argument("--mu", type=number(lo=0), default=None,
                    help="FedProx weight (default: the instance's mu)")
     p.add_argument("--vartheta", default="tau_eff",
                    help="aggregation scale of eq:11M: 'tau_eff' (FedNova, default) or a number "
                         "(the paper's table: 0.01)")
-    p.add_argument("--aggregator", type=int, default=0,
+    p.add_argument("--aggregator", type=number(lo=0, integer=True), default=0,
                    help="fixed aggregator DC of the FedNova/FedAvg baselines (default 0)")
     p.add_argument("--baseline-params", choices=("average", "own"), default="average",
                    help="FedNova/FedAvg: every UE at the round's average f, m, gamma of the "
                         "solution (the paper's, default) or each UE at its own")
-    p.add_argument("--test-max", type=int, default=None,
+    p.add_argument("--test-max", type=COUNT, default=None,
                    help="evaluate on the first N test samples only")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=COUNT, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--out", required=True, help="per-round CSV (written atomically); the "
                    "targets table goes next to it as <stem>.targets.csv")
@@ -77,14 +74,15 @@ def register(subparsers) -> None:
                         "(default: UEs' data only; the DCs get the UEs' largest Theta)")
     e.add_argument("--dynamic", action="store_true",
                    help="Alg. dynamic_est_algo over the instance's rounds (running maximum)")
-    e.add_argument("--J", type=int, default=10, help="Monte-Carlo draws (default 10)")
-    e.add_argument("--scale", type=float, default=1.5, help="safety scale (default 1.5)")
-    e.add_argument("--sample-size", type=int, default=64, help="|D~_i| for Theta and L")
-    e.add_argument("--grad-max", type=int, default=None,
+    e.add_argument("--J", type=COUNT, default=10, help="Monte-Carlo draws (default 10)")
+    e.add_argument("--scale", type=POSITIVE, default=1.5, help="safety scale (default 1.5)")
+    e.add_argument("--sample-size", type=number(lo=2, integer=True), default=64,
+                   help="|D~_i| for Theta and L")
+    e.add_argument("--grad-max", type=COUNT, default=None,
                    help="cap on samples per DPU for the zeta gradients (default: all)")
     e.add_argument("--L-method", choices=("pairs", "hessian"), default="pairs")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--threads", type=int, default=None)
+    e.add_argument("--seed", type=SEED, default=0)
+    e.add_argument("--threads", type=COUNT, default=None)
     e.add_argument("--out", required=True, help="JSON of the estimates")
     e.add_argument("--apply", default=None, metavar="OUT_NET",
                    help="also write the instance with L, Theta, zeta1, zeta2 replaced")
@@ -92,57 +90,54 @@ def register(subparsers) -> None:
 
 
 def parse_targets(text: str) -> list[float]:
+    """Comma-separated target accuracies in (0, 1] (option --targets)."""
     try:
         vals = [float(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
-        raise InstanceError(f"--targets must be comma-separated numbers, got {text!r}") from None
+        raise OptionError(f"option '--targets' must be comma-separated numbers, got "
+                          f"{text!r}") from None
     if not vals or any(not (0 < v <= 1) or not math.isfinite(v) for v in vals):
-        raise InstanceError(f"--targets must be accuracies in (0, 1], got {text!r}")
+        raise OptionError(f"option '--targets' must be accuracies in (0, 1], got {text!r}")
     return vals
 
 
-def write_csv_atomic(df, path: str | Path) -> None:
-    """Write a DataFrame as CSV through a temporary file in the same folder and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+def check_vartheta(text: str):
+    """Option --vartheta: 'tau_eff' or a positive number."""
+    from ..learning.strategies import _check_vartheta
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            df.to_csv(fh, index=False)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        return _check_vartheta(text)
+    except ValueError:
+        raise OptionError(f"option '--vartheta' must be 'tau_eff' or a positive number, got "
+                          f"{text!r}") from None
 
 
 def _threads(n):
     if n is not None:
-        if n < 1:
-            raise InstanceError(f"--threads must be >= 1, got {n}")
         import torch
         torch.set_num_threads(int(n))
 
 
-def cmd_train(args) -> int:
-    from ..solution import Solution
-    from .data import load_dataset
-    from .trainer import run_training
+def _targets_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + ".targets.csv")
 
-    if args.rounds is None or args.rounds < 1:
-        raise InstanceError(f"--rounds must be >= 1, got {args.rounds}")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        raise InstanceError(f"--lr must be a positive number, got {args.lr}")
-    if args.test_max is not None and args.test_max < 1:
-        raise InstanceError(f"--test-max must be >= 1, got {args.test_max}")
+
+def cmd_train(args) -> int:
+    from ..learning.data import load_dataset
+    from ..learning.trainer import run_training
+    from ..solution import Solution
+
     targets = parse_targets(args.targets or DEFAULT_TARGETS[args.dataset])
-    from .strategies import _check_vartheta
-    _check_vartheta(args.vartheta)
+    check_vartheta(args.vartheta)
+    tpath = _targets_path(args.out)
+    check_distinct([("--out", args.out), ("--out (targets table)", tpath)], [args.net, args.sol])
+    check_writable(args.out, "--out")
     _threads(args.threads)
     inst = Instance.load(args.net)
     sol = Solution.load(args.sol, inst)
-    if not 0 <= args.aggregator < inst.S:
-        raise InstanceError(f"--aggregator {args.aggregator} is not a DC index 0..{inst.S - 1}")
+    if args.aggregator >= inst.S:
+        raise OptionError(f"option '--aggregator' value {args.aggregator} is not a DC index "
+                          f"0..{inst.S - 1}")
     data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     res = run_training(inst, sol, data, method=args.method, rounds=args.rounds, model=args.model,
                        lr=args.lr, mu=args.mu, seed=args.seed, targets=targets,
@@ -151,7 +146,6 @@ def cmd_train(args) -> int:
                        progress=not args.no_progress)
     out = Path(args.out)
     write_csv_atomic(res.history, out)
-    tpath = out.with_name(out.stem + ".targets.csv")
     write_csv_atomic(res.targets, tpath)
     h = res.history
     print(f"{args.method} on {args.dataset} ({args.model}, lr {args.lr}): {len(h)} rounds, final "
@@ -165,17 +159,16 @@ def cmd_train(args) -> int:
 def cmd_estimate(args) -> int:
     import numpy as np
 
+    from ..learning.data import load_dataset
+    from ..learning.estimation import apply_estimates, dpu_datasets, estimate, estimate_dynamic
+    from ..learning.models import make_model
     from ..solution import Solution
-    from .data import load_dataset
-    from .estimation import apply_estimates, dpu_datasets, estimate, estimate_dynamic
-    from .models import make_model
 
-    if args.J < 1:
-        raise InstanceError(f"--J must be >= 1, got {args.J}")
-    if not (math.isfinite(args.scale) and args.scale > 0):
-        raise InstanceError(f"--scale must be > 0, got {args.scale}")
-    if args.sample_size < 2:
-        raise InstanceError(f"--sample-size must be >= 2, got {args.sample_size}")
+    inputs = [args.net] + ([args.sol] if args.sol else [])
+    check_distinct([("--out", args.out), ("--apply", args.apply)], inputs)
+    for option, path in (("--out", args.out), ("--apply", args.apply)):
+        if path is not None:
+            check_writable(path, option)
     _threads(args.threads)
     inst = Instance.load(args.net)
     sol = Solution.load(args.sol, inst) if args.sol else None
@@ -192,27 +185,12 @@ def cmd_estimate(args) -> int:
         est = estimate(model, X, y, dpu_datasets(inst, y, round=0, seed=args.seed, solution=sol),
                        seed=args.seed, **kw)
     est.update({"dataset": args.dataset, "model": args.model, "instance": str(args.net)})
+    applied = apply_estimates(inst, est) if args.apply else None     # fails before any write
     write_json_atomic(args.out, est)
     print(f"L {est['L']:.4g}  zeta1 {est['zeta1']:.4g}  zeta2 {est['zeta2']:.4g}  Theta max "
           f"{max(est['Theta']):.4g} (scaled by {args.scale}; {est['method']}, J = {args.J})")
     print(f"wrote {args.out}")
-    if args.apply:
-        apply_estimates(inst, est).save(args.apply)
+    if applied is not None:
+        applied.save(args.apply)
         print(f"wrote {args.apply}")
     return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="cefl-opt")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except InstanceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
