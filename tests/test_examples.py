@@ -5,6 +5,7 @@ evaluator, SCIP's bound <= a brute-force optimum, ...) and exit non-zero when a 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,23 @@ def test_every_example_says_what_it_shows_and_how_to_run_it():
         head = p.read_text().split('"""')[1]
         assert "Shows:" in head and f"examples/{p.name}" in head, p.name
         assert len(p.read_text().splitlines()) <= 130, p.name
+
+
+def cli_lines(text: str) -> list[str]:
+    """The `cefl-opt ...` command lines quoted in a docstring (backslash continuations joined,
+    trailing `# comments` dropped)."""
+    text = re.sub(r"\\\n\s*", " ", text)
+    return [re.sub(r"\s+#.*$", "", ln.strip()) for ln in text.splitlines()
+            if ln.strip().startswith("cefl-opt ")]
+
+
+def test_the_cli_commands_quoted_in_the_examples_parse():
+    from cefl_opt.cli import build_parser
+    lines = [ln for p in sorted(EXAMPLES.glob("*.py")) for ln in cli_lines(p.read_text())]
+    assert len(lines) >= 8
+    for ln in lines:
+        args = build_parser().parse_args(shlex.split(ln)[1:])  # OptionError on a stale option
+        assert callable(args.func), ln
 
 
 def test_model_builder(tmp_path):
