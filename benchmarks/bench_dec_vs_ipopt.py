@@ -4,7 +4,7 @@ paper network (20 UEs, 10 BSs, 5 DCs) and on 100 UEs / 20 BSs / 10 DCs, with the
 
     python -m benchmarks.bench_dec_vs_ipopt [--quick] [--seed 0] [--sizes 20x10x5x5,100x20x10x2]
         [--rounds 5] [--max-outer 60] [--inner-iters 200] [--consensus-rounds 30]
-        [--ipopt-time 600] [--no-assoc-search]
+        [--ipopt-time 600]
 
 Writes results/bench/dec_vs_ipopt.csv (per size and method: wall time, the phases of the
 decentralised run, objective of P, aggregators; per size the ratio t_decentralized /
@@ -80,8 +80,7 @@ def run(args) -> pd.DataFrame:
                      "n_nodes": info["n_nodes"], "outer_iterations": info["outer_iterations"],
                      "inner_iterations": info["inner_iterations"]})
         t0 = time.perf_counter()
-        res = solve(inst, "ipopt-enum", time_limit=args.ipopt_time,
-                    assoc_search=args.assoc_search)
+        res = solve(inst, "ipopt-enum", time_limit=args.ipopt_time)
         t_ip = time.perf_counter() - t0
         row = {**base, "method": "ipopt-enum", "wall_s": t_ip, "status": res.status,
                "ipopt_solves": res.info.get("ipopt_solves")}
@@ -135,8 +134,6 @@ def main(argv=None) -> int:
     ap.add_argument("--consensus-rounds", type=int, default=30)
     ap.add_argument("--ipopt-time", type=float, default=600.0,
                     help="Ipopt time limit per solve (s)")
-    ap.add_argument("--no-assoc-search", dest="assoc_search", action="store_false",
-                    help="ipopt-enum without its association local search")
     args = ap.parse_args(argv)
     if args.sizes is None:
         args.sizes = "small,10x6x3" if args.quick else "20x10x5x5,100x20x10x2"

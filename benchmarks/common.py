@@ -84,19 +84,15 @@ def out_dir(args) -> Path:
 
 
 # ---- methods ------------------------------------------------------------------------------
-def registered_methods() -> set[str]:
+def method_names() -> list[str]:
+    """The registered solve methods (`solvers/plugins.py`), for argparse `choices`."""
     from cefl_opt.solvers.base import methods
-    return set(methods())
-
-
-def has_method(name: str) -> bool:
-    return name in registered_methods()
+    return sorted(methods())
 
 
 def cefl_method() -> str:
-    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver when it is
-    registered, else ``ipopt-enum`` (the best centralised method)."""
-    return "decentralized" if has_method("decentralized") else "ipopt-enum"
+    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver."""
+    return "decentralized"
 
 
 def solve_opts(method: str, quick: bool = False) -> dict[str, Any]:

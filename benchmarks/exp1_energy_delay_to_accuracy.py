@@ -3,8 +3,8 @@ energy (kJ) and delay (s) to reach 60/70/80 % test accuracy, CE-FL vs FedNova vs
 
     python -m benchmarks.exp1_energy_delay_to_accuracy [--quick] [--seed 0] [--rounds 300]
 
-CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from
-``ipopt-enum`` (``--cefl-method`` overrides; the one used is printed and written to the CSV).
+CE-FL's orchestration comes from the ``decentralized`` method (``--cefl-method`` overrides; the
+one used is printed and written to the CSV).
 The baselines (paper §VI-B, ``cefl_opt.learning.strategies``) run without offloading on the UEs
 only, at a fixed aggregator (DC 0), with the CE-FL round's *averaged* f, m and gamma
 (``average=True``, the paper's setting). With every UE at the same gamma, FedNova's normalised
@@ -32,7 +32,6 @@ from tqdm import tqdm
 from benchmarks import common
 
 NAME = "exp1_energy_delay_to_accuracy"
-REQUIRES: tuple[str, ...] = ()          # decentralized if registered, else ipopt-enum (always there)
 
 # (label, strategy, average): the paper's baselines and the per-UE variant
 RUNS = [("CE-FL", "cefl", True), ("FedNova", "fednova", True), ("FedAvg", "fedavg", True),
@@ -70,9 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--targets", default="0.6,0.7,0.8")
-    ap.add_argument("--cefl-method", default="auto",
-                    help="orchestration of CE-FL: auto (decentralized if registered, else "
-                         "ipopt-enum) or any registered method")
+    ap.add_argument("--cefl-method", default="auto", choices=["auto"] + common.method_names(),
+                    help="orchestration of CE-FL: auto (decentralized) or any solve method")
     ap.add_argument("--no-early-stop", action="store_true")
     common.add_net_args(ap)
     args = ap.parse_args(argv)

@@ -29,7 +29,6 @@ from tqdm import tqdm
 from benchmarks import common
 
 NAME = "exp2_floating_aggregator"
-REQUIRES = ("ipopt-enum", "fixed", "greedy-data", "greedy-rate")
 CHECK_AGAINST = ("fixed(avg)", "fixed(best)", "greedy-data", "greedy-rate")
 REL_TOL = 1e-9
 
@@ -39,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
     ap.add_argument("--T", type=int, default=None, help="rounds (5; quick 3)")
     ap.add_argument("--no-decentralized", action="store_true",
-                    help="skip the decentralized row even when it is registered")
+                    help="skip the decentralized row")
     common.add_net_args(ap)
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -48,17 +47,7 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     T = args.T or (3 if args.quick else 5)
     net = common.net_kwargs(args)
-    avail = common.registered_methods()
-    missing = [m for m in REQUIRES if m not in avail]
-    if missing:
-        print(f"{NAME}: SKIPPED, methods not registered: {', '.join(missing)}")
-        return 0
-    cefl = ["ipopt-enum"]
-    if "decentralized" in avail and not args.no_decentralized:
-        cefl.append("decentralized")
-    else:
-        print(f"{NAME}: decentralized row skipped ("
-              + ("--no-decentralized" if args.no_decentralized else "method not registered") + ")")
+    cefl = ["ipopt-enum"] + ([] if args.no_decentralized else ["decentralized"])
 
     round_rows, summ_rows, checks, hot, failed = [], [], [], {}, []
     for seed in seeds:

@@ -36,14 +36,13 @@ import pandas as pd
 from benchmarks import common
 
 NAME = "exp3_drift"
-REQUIRES = ("ipopt-enum",)
 
 
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--deltas", default="0,0.1,0.3,1,3")
     ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
-    ap.add_argument("--method", default="ipopt-enum")
+    ap.add_argument("--method", default="ipopt-enum", choices=common.method_names())
     ap.add_argument("--beta-M-scale", type=float, default=1.0,
                     help="multiply the model size beta_M (bits) by this factor")
     ap.add_argument("--tag", default=None, help="suffix of the output files of a variant")
@@ -53,9 +52,6 @@ def main(argv=None) -> int:
     common.quiet()
     common.seed_everything(args.seed)
     out = common.out_dir(args)
-    if not common.has_method(args.method):
-        print(f"{NAME}: SKIPPED, method {args.method!r} is not registered")
-        return 0
     T = args.T or 2
     net = common.net_kwargs(args)
     deltas = [float(x) for x in args.deltas.split(",")]

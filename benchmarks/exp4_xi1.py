@@ -23,23 +23,19 @@ import pandas as pd
 from benchmarks import common
 
 NAME = "exp4_xi1"
-REQUIRES = ("ipopt-enum",)
 
 
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
     ap.add_argument("--factors", default="0.1,0.3,1,3,10")
     ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
-    ap.add_argument("--method", default="ipopt-enum")
+    ap.add_argument("--method", default="ipopt-enum", choices=common.method_names())
     common.add_net_args(ap)
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     common.quiet()
     common.seed_everything(args.seed)
     out = common.out_dir(args)
-    if not common.has_method(args.method):
-        print(f"{NAME}: SKIPPED, method {args.method!r} is not registered")
-        return 0
     T = args.T or 2
     net = common.net_kwargs(args)
     factors = [float(x) for x in args.factors.split(",")]

@@ -30,7 +30,6 @@ from tqdm import tqdm
 from benchmarks import common
 
 NAME = "exp7_estimation"
-REQUIRES: tuple[str, ...] = ()
 QUANTITIES = ("L", "Theta_max", "Theta_mean", "zeta1", "zeta2")
 
 
@@ -51,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--grad-max", type=int, default=None,
                     help="cap on samples per DPU for the zeta gradients (all; quick 300)")
     ap.add_argument("--orchestration", default="greedy-rate",
+                    choices=["none"] + common.method_names(),
                     help="solve method that moves the data, or 'none' (UEs keep all data)")
     ap.add_argument("--model", default="mlp")
     common.add_net_args(ap)
@@ -74,9 +74,6 @@ def main(argv=None) -> int:
     inst = common.instance("paper", seed=args.seed, rounds=T, **common.net_kwargs(args, reduce_quick=False))
     sol = None
     if args.orchestration != "none":
-        if not common.has_method(args.orchestration):
-            print(f"{NAME}: SKIPPED, method {args.orchestration!r} is not registered")
-            return 0
         res = common.solve_timed(inst, args.orchestration, **common.solve_opts(args.orchestration, q))
         sol = res.solution
         if sol is None:

@@ -31,7 +31,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     `data` is the loaded data set ``(X_train, y_train, X_test, y_test)``, or None to skip
     training.
     """
-    from cefl_opt.solvers.base import solve
+    from cefl_opt.solvers.base import method_spec, solve
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
@@ -42,7 +42,8 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     rows, sols = [], {}
     for meth in meths:
         print(f"[2/3] solving P with {meth} ...", flush=True)
-        res = solve(inst, meth, progress=True)
+        takes_progress = "progress" in method_spec(meth).options_class().names()
+        res = solve(inst, meth, **({"progress": True} if takes_progress else {}))
         print("      " + res.summary(), flush=True)
         if res.solution is None:
             rows.append({"method": meth, "status": res.status})

@@ -17,6 +17,7 @@ from .instance import Instance
 from .solution import RoundDecision, Solution
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
+BOUND_FORMS = ("corollary", "general")  # eq:convSpecial / eq:GenConvBound
 
 
 # ---- per-round physics -----------------------------------------------------------------
@@ -260,14 +261,6 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
 
 
 # ---- reference orchestration and default weights -----------------------------------------
-def best_uplink(inst: Instance, t: int) -> np.ndarray:
-    return np.argmax(inst.R_nb[t], axis=1)
-
-
-def best_downlink(inst: Instance, t: int) -> np.ndarray:
-    return np.argmax(inst.R_bn[t], axis=0)
-
-
 def full_rates(inst: Instance) -> np.ndarray:
     """R_bs at capacity, scaled down per DC so that sum_b R_bs <= Rmax_s (eqn: Server_capacity)."""
     R = inst.Rmax_bs.copy()
@@ -279,6 +272,7 @@ def full_rates(inst: Instance) -> np.ndarray:
 def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
     """SPEC §3's reference orchestration: no offloading, fixed aggregator, mid-range f, m, gamma,
     z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations."""
+    from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
     rounds = []
     for t in range(inst.T):
         rho_bs = np.zeros((inst.B, inst.S))
@@ -292,8 +286,8 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
             gamma_dc=np.full(inst.S, 0.5 * (inst.gamma_min + inst.gamma_max)),
             m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
-            aggregator=aggregator, uplink_bs=best_uplink(inst, t),
-            downlink_bs=best_downlink(inst, t), R_bs=full_rates(inst)))
+            aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),
+            downlink_bs=best_rate_downlink(inst, t), R_bs=full_rates(inst)))
     return Solution(rounds=rounds, method="reference", status="feasible")
 
 

@@ -8,8 +8,9 @@ Layout of the model returned by `build_problem`:
   - `blk.convex`: the node's convex set D_d (simplices over its own copies, DC ingress knapsack);
     together with the variable bounds this is what the primal step projects onto;
   - `blk.coupling`: constraints C(w) <= 0 hosted by the node (delays, epigraphs of the maxima,
-    the binary-forcing constraints of the relaxation), written over the host's copies; a
-    variable the host does not hold is read from its owner's copy.
+    and, in the relaxed model, the binary-forcing rows in their own sub-block
+    `blk.coupling.forcing`), written over the host's copies; a variable the host does not hold
+    is read from its owner's copy.
   and an Expression `blk.cost`: the node's (xi3-weighted) energy of all rounds.
 * `m.consensus`: equalities G(w) = 0, copy = owner's copy (paper `eqn: local copy 1`-`2`).
 * `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
@@ -19,7 +20,8 @@ on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA,
 bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
 Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
-in s, energies in J. `cefl_opt.system` is the numpy twin of every expression here.
+in s, energies in J (`models/codec.py`, the one codec between these variables and a Solution).
+`cefl_opt.system` is the numpy twin of every expression here.
 
 Lifting in the compact form (copies=False) only: the data volumes D_b, D_s and the BS->DC gradient
 delays beta_M/R_bs become variables (`bs[b].Dv`, `dc[s].Dv`, `bs[b].gpath`) defined in each
@@ -41,13 +43,12 @@ import pyomo.environ as pyo
 
 from cefl_opt.instance import Instance
 from cefl_opt.solution import RoundDecision, Solution
-from cefl_opt.system import a_norms, full_rates, gamma_cap
+from cefl_opt.system import BOUND_FORMS, full_rates, gamma_cap
 
-GHZ, GBIT = 1e9, 1e9
-KS = 1e3   # data volumes of the compact form's lifted variables in thousands of samples
+from .codec import GBIT, GHZ, KS
+
 
 BINARY_MODES = ("relaxed", "binary", "fixed")
-BOUND_FORMS = ("corollary", "general")
 
 
 def _globals_for(bound: str) -> tuple[str, ...]:
@@ -244,9 +245,10 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             m.T, rule=lambda c, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
         _dpu_epigraphs(m, blk, bound)
         if binaries == "relaxed":
-            blk.coupling.force_Inb = pyo.Constraint(  # con12add
+            fb = blk.coupling.forcing = pyo.Block()
+            fb.force_Inb = pyo.Constraint(  # con12add
                 m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in m.B) <= 0)
-            blk.coupling.force_Ibn = pyo.Constraint(  # con11add
+            fb.force_Ibn = pyo.Constraint(  # con11add
                 m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in m.B) <= 0)
         blk.cost = pyo.Expression(expr=sum(
             xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
@@ -320,7 +322,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             m.T, rule=lambda c, t: blk.dR_s[t] - blk.dR[t] <= 0)
         _dpu_epigraphs(m, blk, bound)
         if binaries == "relaxed" and s == 0:
-            blk.coupling.force_Is = pyo.Constraint(  # con1add
+            blk.coupling.forcing = pyo.Block()
+            blk.coupling.forcing.force_Is = pyo.Constraint(  # con1add
                 m.T, rule=lambda c, t: sum(blk.Is[t, k] * (1 - blk.Is[t, k]) for k in m.S) <= 0)
         blk.cost = pyo.Expression(expr=sum(
             xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
@@ -447,13 +450,33 @@ def node_variables(blk) -> list:
 
 
 def node_constraints(blk, role: str) -> list:
-    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node), or
-    'lift' (the compact form's definitions of its lifted variables; none with copies)."""
-    if role not in ("convex", "coupling", "lift"):
-        raise ValueError(f"role {role!r}: expected 'convex', 'coupling' or 'lift'")
-    if not hasattr(blk, role):
+    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node; the
+    binary-forcing rows included), 'forcing' (only those: the sub-block `blk.coupling.forcing`,
+    relaxed model only), or 'lift' (the compact form's definitions of its lifted variables;
+    none with copies)."""
+    if role not in ("convex", "coupling", "forcing", "lift"):
+        raise ValueError(f"role {role!r}: expected 'convex', 'coupling', 'forcing' or 'lift'")
+    holder = (getattr(blk.coupling, "forcing", None) if role == "forcing"
+              else getattr(blk, role, None))
+    if holder is None:
         return []
-    return list(getattr(blk, role).component_data_objects(pyo.Constraint, active=True))
+    return list(holder.component_data_objects(pyo.Constraint, active=True))
+
+
+def is_forcing(con) -> bool:
+    """True for a binary-forcing row sum I (1 - I) <= 0 (paper con1add-con12add)."""
+    holder = con.parent_block()
+    return holder.local_name == "forcing" and holder.parent_block().local_name == "coupling"
+
+
+def constraint_host(con):
+    """The node block hosting constraint `con` (None for a consensus row)."""
+    holder = con.parent_block()
+    if is_forcing(con):
+        holder = holder.parent_block()
+    if holder.local_name == "consensus":
+        return None
+    return holder.parent_block()
 
 
 def consensus_constraints(m) -> list:
@@ -522,113 +545,3 @@ def unfix_binaries(m) -> None:
     for c in getattr(m, "_trivial", []):
         c.activate()
     m._trivial = []
-
-
-# ---------------------------------------------------------------------- load / extract
-def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
-    """Set every variable (all copies, epigraph variables at their tight values) from `sol`."""
-    from cefl_opt import system
-    inst: Instance = m._inst
-    rounds = sol.rounds if isinstance(sol, Solution) else list(sol)
-    gam, ms, hs = [], [], []
-    for t, r in enumerate(rounds):
-        rt = system.round_terms(inst, t, r)
-        for n in m.N:
-            u = m.ue[n]
-            u.f[t].set_value(r.f[n] / GHZ, skip_validation=True)
-            u.m[t].set_value(r.m_ue[n], skip_validation=True)
-            u.gamma[t].set_value(r.gamma_ue[n], skip_validation=True)
-            u.dA[t].set_value(rt["dA"], skip_validation=True)
-            if hasattr(u, "keep"):
-                u.keep[t].set_value(1.0 - float(r.rho_nb[n].sum()), skip_validation=True)
-            for b in m.B:
-                u.rho[t, b].set_value(r.rho_nb[n, b], skip_validation=True)
-                u.Inb[t, b].set_value(float(r.uplink_bs[n] == b), skip_validation=True)
-                u.Ibn[t, b].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
-        for b in m.B:
-            bb = m.bs[b]
-            bb.dA[t].set_value(rt["dA"], skip_validation=True)
-            bb.dR[t].set_value(rt["dR"], skip_validation=True)
-            bb.dB[t].set_value(rt["dB_b"][b], skip_validation=True)
-            for n in m.N:
-                bb.rho_nb[t, n].set_value(r.rho_nb[n, b], skip_validation=True)
-                bb.Ibn[t, n].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
-            for s in m.S:
-                bb.rho_bs[t, s].set_value(r.rho_bs[b, s], skip_validation=True)
-                bb.R[t, s].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
-                if not m._copies:  # lifted variables of the compact form
-                    bb.gpath[t, s].set_value(inst.beta_M / r.R_bs[b, s], skip_validation=True)
-            if not m._copies:
-                bb.Dv[t].set_value(float(r.rho_nb[:, b] @ inst.Dbar[t]) / KS, skip_validation=True)
-        for s in m.S:
-            d = m.dc[s]
-            d.z[t].set_value(r.z[s] / inst.C[s], skip_validation=True)
-            d.gamma[t].set_value(r.gamma_dc[s], skip_validation=True)
-            d.m[t].set_value(r.m_dc[s], skip_validation=True)
-            d.eBS[t].set_value(float(rt["dD_bs"][:, s].max()), skip_validation=True)
-            d.eNB[t].set_value(float(rt["dD_nb"].max()), skip_validation=True)
-            d.dA[t].set_value(rt["dA"], skip_validation=True)
-            d.dR[t].set_value(rt["dR"], skip_validation=True)
-            if not m._copies:
-                d.Dv[t].set_value(float(rt["D_s"][s]) / KS, skip_validation=True)
-            for b in m.B:
-                d.rho_bs[t, b].set_value(r.rho_bs[b, s], skip_validation=True)
-                d.R[t, b].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
-                for n in m.N:
-                    d.rho_nb[t, n, b].set_value(r.rho_nb[n, b], skip_validation=True)
-        for blk in _node_blocks(m):
-            for s in m.S:
-                blk.Is[t, s].set_value(float(r.aggregator == s), skip_validation=True)
-        gam.append(np.concatenate([r.gamma_ue, r.gamma_dc]))
-        ms.append(np.concatenate([r.m_ue, r.m_dc]))
-    gam, ms = np.array(gam), np.array(ms)
-    a1, _ = a_norms(gam, inst.eta, inst.mu)
-    vals = {"m_min": float(ms.min()), "g_max": float(gam.max()),
-            "h_max": float(np.max(gam ** 2 * (a1 - 1) / a1))}
-    for blk in list(m.ue.values()) + list(m.dc.values()):
-        for g in m._globals:
-            blk._g[g].set_value(vals[g], skip_validation=True)
-
-
-def extract_solution(m, *, method: str = "model", status: str = "unknown") -> Solution:
-    """Read a Solution from the owners' copies; I's are rounded to the largest entry."""
-    inst: Instance = m._inst
-    val = pyo.value
-    rounds = []
-    for t in m.T:
-        rounds.append(RoundDecision(
-            rho_nb=np.array([[val(m.ue[n].rho[t, b]) for b in m.B] for n in m.N]),
-            rho_bs=np.array([[val(m.bs[b].rho_bs[t, s]) for s in m.S] for b in m.B]),
-            f=np.array([val(m.ue[n].f[t]) * GHZ for n in m.N]),
-            z=np.array([val(m.dc[s].z[t]) * inst.C[s] for s in m.S]),
-            gamma_ue=np.array([val(m.ue[n].gamma[t]) for n in m.N]),
-            gamma_dc=np.array([val(m.dc[s].gamma[t]) for s in m.S]),
-            m_ue=np.array([val(m.ue[n].m[t]) for n in m.N]),
-            m_dc=np.array([val(m.dc[s].m[t]) for s in m.S]),
-            aggregator=int(np.argmax([val(m.dc[0].Is[t, s]) for s in m.S])),
-            uplink_bs=np.array([int(np.argmax([val(m.ue[n].Inb[t, b]) for b in m.B])) for n in m.N]),
-            downlink_bs=np.array([int(np.argmax([val(m.ue[n].Ibn[t, b]) for b in m.B])) for n in m.N]),
-            R_bs=np.array([[val(m.bs[b].R[t, s]) * GBIT for s in m.S] for b in m.B]),
-        ))
-    return Solution(rounds=rounds, method=method, status=status)
-
-
-def clip_to_bounds(sol: Solution, inst: Instance, bound: str = "corollary") -> Solution:
-    """Project a solver's point onto the variable boxes and simplices (solver round-off only)."""
-    gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
-    for r in sol.rounds:
-        r.rho_nb = np.clip(r.rho_nb, 0.0, 1.0)
-        tot = r.rho_nb.sum(axis=1, keepdims=True)
-        r.rho_nb = np.where(tot > 1.0, r.rho_nb / np.maximum(tot, 1e-300), r.rho_nb)
-        r.rho_bs = np.clip(r.rho_bs, 0.0, 1.0)
-        r.rho_bs = r.rho_bs / r.rho_bs.sum(axis=1, keepdims=True)
-        r.f = np.clip(r.f, inst.f_min, inst.f_max)
-        r.z = np.clip(r.z, inst.z_floor * inst.C, inst.C)
-        r.gamma_ue = np.clip(r.gamma_ue, inst.gamma_min, gcap)
-        r.gamma_dc = np.clip(r.gamma_dc, inst.gamma_min, gcap)
-        r.m_ue = np.clip(r.m_ue, inst.m_floor, 1.0)
-        r.m_dc = np.clip(r.m_dc, inst.m_floor, 1.0)
-        r.R_bs = np.clip(r.R_bs, inst.R_floor, inst.Rmax_bs)
-        over = r.R_bs.sum(axis=0) / inst.Rmax_s
-        r.R_bs = np.where(over[None, :] > 1.0, r.R_bs / np.maximum(over, 1.0)[None, :], r.R_bs)
-    return sol

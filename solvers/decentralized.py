@@ -279,37 +279,29 @@ def write_trace(path: str | Path, rows: list[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------------- solver registry
-def register_methods() -> None:
-    """Register `decentralized` and `centralized-pd` with `solvers.base` (idempotent; also done
-    on import of this module)."""
-    from .base import Results, SolutionStatus, TerminationCondition, register
-
-    def make(name: str):
-        def run(inst: Instance, *, consensus_rounds: int = 30, max_outer: int = 60,
-                bound: str = "corollary", constants=None, seed: int = 0, init: str = "relaxed",
-                trace: str | None = None, trace_path: str | None = None, progress: bool = True,
-                polish: bool = True, repair: bool = True, ipopt_options: dict | None = None,
-                **_: Any) -> Results:
-            sol, info = solve_decentralized(
-                inst, method=name, consensus_rounds=consensus_rounds, max_outer=max_outer,
-                bound=bound, constants=constants, seed=seed, init=init,
-                trace_path=trace_path or trace, progress=progress, polish=polish,
-                repair=repair, ipopt_options=ipopt_options)
-            info = {k_: v for k_, v in info.items() if k_ != "trace"}
-            tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
-                  else TerminationCondition.iterationLimit)
-            return Results(method=name, termination_condition=tc,
-                           solution_status=SolutionStatus.feasible if info["feasible"]
-                           else SolutionStatus.infeasible,
-                           solution=sol, objective=sol.objective, wall_s=info["wall_s"],
-                           iterations=info["outer_iterations"], info=info)
-        return run
-
-    register("decentralized", "paper §V: SCA + primal-dual + consensus on the duals over the "
-                              "communication graph (--consensus-rounds J), then rounding and "
-                              "an Ipopt polish with the binaries fixed")(make("decentralized"))
-    register("centralized-pd", "paper §V with exact global dual updates (no consensus), then "
-                               "rounding and an Ipopt polish")(make("centralized-pd"))
+def run_method(inst: Instance, opts, name: str):
+    """`solve(inst, name, ...)` for name in METHODS: `opts` (a
+    `solvers.options.DecentralizedOptions`) mapped onto `solve_decentralized`; registered in
+    `solvers/plugins.py`."""
+    from .base import Results, SolutionStatus, TerminationCondition
+    sol, info = solve_decentralized(
+        inst, method=name, consensus_rounds=opts.consensus_rounds, max_outer=opts.max_outer,
+        bound=opts.bound, constants=resolve_constants(opts.constant_overrides()), seed=opts.seed,
+        init=opts.init, trace_path=opts.trace_path, progress=opts.progress, polish=opts.polish,
+        repair=opts.repair, ipopt_options=opts.ipopt_options)
+    info = {k_: v for k_, v in info.items() if k_ != "trace"}
+    tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
+          else TerminationCondition.iterationLimit)
+    return Results(method=name, termination_condition=tc,
+                   solution_status=SolutionStatus.feasible if info["feasible"]
+                   else SolutionStatus.infeasible,
+                   solution=sol, objective=sol.objective, wall_s=info["wall_s"],
+                   iterations=info["outer_iterations"], info=info)
 
 
-register_methods()
+def run_decentralized(inst: Instance, opts):
+    return run_method(inst, opts, "decentralized")
+
+
+def run_centralized_pd(inst: Instance, opts):
+    return run_method(inst, opts, "centralized-pd")

@@ -46,7 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, load_solution, node_blocks
+from cefl_opt.models import build_problem, constraint_host, is_forcing, load_solution, node_blocks
 from cefl_opt.solution import RoundDecision, Solution
 from cefl_opt.solvers import projections as P
 
@@ -284,8 +284,8 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     body0 = np.asarray(nlp.evaluate_constraints())
 
     role = []
-    for c in cons:  # by container: m.consensus, blk.convex, blk.coupling
-        holder = c.parent_block()
+    for c in cons:  # by container: m.consensus, blk.convex, blk.coupling (+ its forcing rows)
+        holder = c.parent_block().parent_block() if is_forcing(c) else c.parent_block()
         if holder is m.consensus:
             role.append("consensus")
         elif holder.local_name in ("convex", "coupling") and holder.parent_block() is not m:
@@ -387,8 +387,8 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     cnorm = np.sqrt(np.asarray(Jc0.multiply(Jc0).sum(axis=1)).ravel())
     cnorm = np.where(cnorm > 1e-12, cnorm, 1.0)
     coup_names = [cons[r].name for r in coup_rows]
-    coup_host = np.array([blk_index[id(cons[r].parent_block().parent_block())] for r in coup_rows])
-    force_rows = np.array([i for i, nm in enumerate(coup_names) if ".force_" in nm], dtype=int)
+    coup_host = np.array([blk_index[id(constraint_host(cons[r]))] for r in coup_rows])
+    force_rows = np.array([i for i, r in enumerate(coup_rows) if is_forcing(cons[r])], dtype=int)
 
     # ---- consensus rows G(w) = 0 (linear: fixed matrix)
     Jg = jac0[cons_rows] @ sp.diags(scale)

@@ -82,8 +82,8 @@ def expected_bodies(m, inst, sol, bound):
             put(u.coupling, "delay", (t), rt["ue_path"][n] - dA, dA)        # dA_n + dP_n - dA
             epigraphs(u, t, n, r.m_ue[n], r.gamma_ue[n])
             if m._binaries == "relaxed":
-                put(u.coupling, "force_Inb", (t), 0.0)
-                put(u.coupling, "force_Ibn", (t), 0.0)
+                put(u.coupling.forcing, "force_Inb", (t), 0.0)
+                put(u.coupling.forcing, "force_Ibn", (t), 0.0)
         for b in range(B):
             bb = m.bs[b]
             put(bb.convex, "rho_bs_sum", (t), r.rho_bs[b].sum())
@@ -119,7 +119,7 @@ def expected_bodies(m, inst, sol, bound):
                 put(d.lift, "D_def", (t), 0.0, rt["D_s"][s])
             epigraphs(d, t, N + s, r.m_dc[s], r.gamma_dc[s])
             if m._binaries == "relaxed" and s == 0:
-                put(d.coupling, "force_Is", (t), 0.0)
+                put(d.coupling.forcing, "force_Is", (t), 0.0)
     return out, missing
 
 

@@ -12,90 +12,54 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ..instance import FORMAT_TAG, Instance
 from ..io import check_distinct, check_writable, write_atomic
-from . import (COUNT, EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, POSITIVE, SEED,
-               number)
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK
 
 METHOD_NAMES = ("ipopt-enum", "scip", "fixed", "greedy-data", "greedy-rate", "no-offload",
                 "decentralized", "centralized-pd")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from ..solvers.base import add_method_flags, methods
+
+    descs = methods()
     p = sub.add_parser("solve", help="solve Problem P on an instance",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Solve P with a named method. Exit 0: a feasible solution was "
                                    "written; 3: the instance is infeasible; 4: no solution "
-                                   "(time limit or solver failure); 2: bad input.")
+                                   "(time limit or solver failure); 2: bad input.\n\nmethods:\n"
+                                   + "\n".join(f"  {k:20s} {v}" for k, v in descs.items())
+                                   + "\n\nEach method option below lists the methods that "
+                                     "take it; giving it to another method is an error.")
     p.add_argument("net", help=f"instance JSON ({FORMAT_TAG})")
-    p.add_argument("--method", required=True, choices=METHOD_NAMES)
+    p.add_argument("--method", required=True, choices=sorted(descs))
     p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
-    p.add_argument("--bound", choices=("corollary", "general"), default="corollary")
-    p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--trace", default=None,
-                   help="CSV trace per outer iteration (decentralized, centralized-pd); written "
-                        "after the solution, not at all when no solution is written")
-    add_method_options(p)
+    # the method options: one flag per field of the methods' options dataclasses
+    # (`cefl_opt.solvers.options`); `--trace` is written after the solution, or not at all
+    add_method_flags(p.add_argument_group("method options"))
     p.set_defaults(func=run_solve)
-
-
-# ====================================================================== method options
-# THE ONE PLACE where the per-method flags are declared and turned into `solve()` options.
-# When `cefl_opt.solvers.options` (typed options per method) lands, these two functions are
-# replaced by the flags generated from its dataclasses; nothing else in this module changes.
-def add_method_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--time-limit", type=POSITIVE, default=None, help="seconds (SCIP, Ipopt)")
-    p.add_argument("--aggregator", type=number(lo=0, integer=True), default=0,
-                   help="DC index for --method fixed")
-    p.add_argument("--gap", type=POSITIVE, default=1e-6, help="relative gap for SCIP")
-    p.add_argument("--threads", type=COUNT, default=1, help="SCIP threads")
-    p.add_argument("--starts", type=COUNT, default=1, help="ipopt-enum: sweep starts")
-    p.add_argument("--consensus-rounds", type=COUNT, default=None, help="J for decentralized")
-    p.add_argument("--max-outer", type=COUNT, default=None, help="outer SCA iterations")
-    p.add_argument("--constants", choices=("tuned", "paper"), default="tuned",
-                   help="algorithm constants of decentralized/centralized-pd: the tuned defaults "
-                        "or the paper's table (SPEC §5)")
-
-
-def method_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword options of `solvers.base.solve` for `args.method`."""
-    opts: dict[str, Any] = {"bound": args.bound, "seed": args.seed}
-    if args.time_limit is not None:
-        opts["time_limit"] = args.time_limit
-    if args.method == "fixed":
-        opts["aggregator"] = args.aggregator
-    if args.method == "scip":
-        opts.update(gap=args.gap, threads=args.threads)
-    if args.method == "ipopt-enum":
-        opts["starts"] = args.starts
-    if args.method in ("decentralized", "centralized-pd"):
-        opts["constants"] = args.constants
-        for k in ("consensus_rounds", "max_outer"):
-            if getattr(args, k) is not None:
-                opts[k] = getattr(args, k)
-    return opts
-# ====================================================================== end of method options
 
 
 def run_solve(args: argparse.Namespace) -> int:
     from .. import system
     from ..solvers.base import SolutionStatus, TerminationCondition, solve
 
-    check_distinct([("--out", args.out), ("--trace", args.trace)], [args.net])
-    for option, path in (("--out", args.out), ("--trace", args.trace)):
+    from ..solvers.base import options_from_namespace
+
+    opts = options_from_namespace(args)
+    trace = getattr(opts, "trace_path", None)
+    check_distinct([("--out", args.out), ("--trace", trace)], [args.net])
+    for option, path in (("--out", args.out), ("--trace", trace)):
         if path is not None:
             check_writable(path, option)
     inst = Instance.load(args.net)
-    if args.method == "fixed" and args.aggregator >= inst.S:
-        raise ValueError(f"option '--aggregator' value {args.aggregator} is not a DC index "
-                         f"0..{inst.S - 1}")
-    opts = method_options(args)
-    tmp_trace = _temp_file() if args.trace else None
+    tmp_trace = _temp_file() if trace else None
     try:
-        if tmp_trace is not None and args.method in ("decentralized", "centralized-pd"):
-            opts["trace_path"] = tmp_trace
-        res = solve(inst, args.method, **opts)
+        if tmp_trace is not None:
+            opts = opts.replace(trace_path=tmp_trace)
+        res = solve(inst, args.method, opts)
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             for why in res.info.get("reasons", []):
@@ -106,15 +70,15 @@ def run_solve(args: argparse.Namespace) -> int:
                                                            SolutionStatus.infeasible):
             print(f"no solution written: {res.status}", file=sys.stderr)
             return EXIT_NO_SOLUTION
-        ev = system.evaluate(inst, res.solution, bound=args.bound)
+        ev = system.evaluate(inst, res.solution, bound=opts.bound)
         res.solution.objective, res.solution.terms = ev.objective, ev.terms
         res.solution.save(args.out)
         print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound "
               f"{ev.terms['ml_bound']:.6g}, delay {ev.terms['delay']:.6g} s, energy "
               f"{ev.terms['energy']:.6g} J)")
         if tmp_trace is not None and os.path.getsize(tmp_trace):
-            write_atomic(args.trace, Path(tmp_trace).read_bytes())
-            print(f"wrote {args.trace}")
+            write_atomic(trace, Path(tmp_trace).read_bytes())
+            print(f"wrote {trace}")
         return EXIT_OK
     finally:
         if tmp_trace is not None and os.path.exists(tmp_trace):
