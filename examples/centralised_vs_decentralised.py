@@ -49,6 +49,8 @@ n_nodes = inst.N + inst.B + inst.S
 n_binaries = inst.T * (2 * inst.N * inst.B + inst.S)
 print(f"instance {inst.name}: {n_nodes} nodes, {n_binaries} binary decisions")
 outer, scip_limit = (15, 3.0) if args.quick else (60, 30.0)
+# keyword options are checked against each method's typed options (a bad name or value raises
+# OptionError): `cefl_opt.solvers.base.options_classes()["decentralized"]` lists them
 dec_opts = {"max_outer": outer, "consensus_rounds": 30, "progress": False}
 trace_csv = out / "decentralized_trace.csv"
 RUNS = [  # (method, options); SCIP only where it fits (spatial B&B grows fast with binaries)
