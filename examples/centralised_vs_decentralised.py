@@ -12,10 +12,10 @@ Run (from any folder, with the project's venv):
 Writes decentralized_trace.csv and centralised_vs_decentralised.png into DIR (default: here).
 
 The same from the command line:
-    cefl-opt network generate --preset small --rounds 3 --seed 0 --out net.json
+    cefl-opt network generate --preset small --rounds 3 --seed 0 --out net.json   # --quick: --rounds 2
     cefl-opt solve net.json --method ipopt-enum --out enum.json
     cefl-opt solve net.json --method scip --time-limit 30 --out scip.json
-    cefl-opt solve net.json --method decentralized --consensus-rounds 30 --max-outer 60 \
+    cefl-opt solve net.json --method decentralized --max-outer 60 \
         --trace decentralized_trace.csv --out dec.json
     cefl-opt solve net.json --method centralized-pd --max-outer 60 --out cpd.json
     cefl-opt evaluate net.json dec.json            # exit 0: feasible
@@ -34,7 +34,7 @@ from cefl_opt.solvers.base import methods, solve
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--quick", action="store_true", help="T = 2, 15 outer iterations, SCIP 3 s")
-for k, n in (("ues", 4), ("bss", 2), ("dcs", 2)):   # network size (paper-style generator)
+for k, n in (("ues", 4), ("bss", 2), ("dcs", 2)):   # network size (the `small` preset)
     ap.add_argument(f"--{k}", type=int, default=n)
 ap.add_argument("--out", default=".", help="folder for the trace CSV and the figure (default: here)")
 args = ap.parse_args()
@@ -43,7 +43,7 @@ out.mkdir(parents=True, exist_ok=True)
 logging.getLogger("pyomo").setLevel(logging.ERROR)
 
 # ---- 1. the instance and the runs -------------------------------------------------------------
-inst = make_instance("paper", ues=args.ues, bss=args.bss, dcs=args.dcs,
+inst = make_instance("small", ues=args.ues, bss=args.bss, dcs=args.dcs,
                      rounds=2 if args.quick else 3, seed=0)
 n_nodes = inst.N + inst.B + inst.S
 n_binaries = inst.T * (2 * inst.N * inst.B + inst.S)
@@ -51,26 +51,22 @@ print(f"instance {inst.name}: {n_nodes} nodes, {n_binaries} binary decisions")
 outer, scip_limit = (15, 3.0) if args.quick else (60, 30.0)
 # keyword options are checked against each method's typed options (a bad name or value raises
 # OptionError): `cefl_opt.solvers.base.options_classes()["decentralized"]` lists them
-dec_opts = {"max_outer": outer, "consensus_rounds": 30, "progress": False}
+dec_opts = {"max_outer": outer, "progress": False}   # J (consensus_rounds): the method's default
 trace_csv = out / "decentralized_trace.csv"
 RUNS = [  # (method, options); SCIP only where it fits (spatial B&B grows fast with binaries)
     ("ipopt-enum", {}),
     ("scip", {"time_limit": scip_limit}) if n_binaries <= 60 else ("scip", None),
     ("decentralized", {**dec_opts, "trace_path": str(trace_csv)}),
     ("decentralized-polish", dec_opts),
-    ("centralized-pd", {k: v for k, v in dec_opts.items() if k != "consensus_rounds"}),
+    ("centralized-pd", dec_opts),
 ]
 
 
 def messages_per_node(info):
-    """Mean messages a node sent, from the solver's accounting (`info['messages']`: a total or
-    one count per node); NaN where this build does not report it."""
+    """Messages a node sent in the whole run, on average over the nodes, from the solver's
+    accounting `info["messages"]["total_count"]`; NaN where this build does not count them."""
     msg = info.get("messages")
-    if msg is None:
-        return float("nan")
-    if isinstance(msg, dict):
-        msg = msg.get("per_node", msg.get("total"))
-    return float(pd.Series(msg).mean()) if hasattr(msg, "__len__") else float(msg) / n_nodes
+    return msg["total_count"] / n_nodes if isinstance(msg, dict) and "total_count" in msg else float("nan")
 
 
 # ---- 2. solve with each method, tabulate --------------------------------------------------------
@@ -114,14 +110,14 @@ for col in ("obj_model", "obj_rounded"):
         ax[0].plot(tr["outer"], tr[col], label=col)
 ax[0].axhline(ref, color="k", ls=":", label="ipopt-enum")
 ax[0].set_ylabel("objective of P")
-for col in ("max_violation", "dual_disagreement", "step_inf"):
+for col in ("max_violation", "forcing_violation", "dual_disagreement", "step_inf"):
     if col in tr:
         ax[1].semilogy(tr["outer"], tr[col].clip(lower=1e-12), label=col)
 for a in ax:
     a.set_xlabel("outer iteration (Alg. 1)")
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
-fig.suptitle(f"{inst.name}: decentralized, J = 30")
+fig.suptitle(f"{inst.name}: decentralized, J = {results['decentralized'].info.get('consensus_rounds')}")
 fig.tight_layout()
 fig.savefig(out / "centralised_vs_decentralised.png", dpi=100)
 print(f"wrote {trace_csv} ({len(tr)} rows) and {out / 'centralised_vs_decentralised.png'}")
