@@ -44,7 +44,8 @@ for blk in (m.ue[0], m.bs[0], m.dc[1]):
           f"({', '.join(c.local_name for c in blk.convex.component_objects(pyo.Constraint))})")
     print(f"  coupling C(w)<=0: {len(node_constraints(blk, 'coupling'))} rows "
           f"({', '.join(c.local_name for c in blk.coupling.component_objects(pyo.Constraint))})")
-    print(f"  cost (energy, xi3-weighted sub-terms) at the start point: {pyo.value(blk.cost):.4g} J")
+    print(f"  cost: the node's energy over all rounds (parts weighted by xi3_parts) at the start "
+          f"point: {pyo.value(blk.cost):.4g} J")
 print(f"consensus G(w)=0: {len(consensus_constraints(m))} rows; one of them: "
       f"{consensus_constraints(m)[0].expr}")
 print(f"UE 0's delay row: {str(m.ue[0].coupling.delay[0].expr)[:110]} ...")
