@@ -65,6 +65,13 @@ SCALAR_FIELDS: dict[str, str] = {
     "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3": "nonneg",
 }
 
+# name -> allowed values (strings)
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    # SPEC §3: one vartheta for the bound and the trainer: the number `vartheta` used by both
+    # ("constant"), or FedNova's tau_eff = sum_i p_i ||a_i||_1 used by both ("tau_eff")
+    "vartheta_mode": ("constant", "tau_eff"),
+}
+
 META_FIELDS = ("name", "preset", "seed", "dc_names", "ue_subnet", "bs_subnet", "dc_subnet",
                "ue_labels", "graph_edges", "notes")
 
@@ -115,6 +122,7 @@ class Instance:
     xi1: float = 1.0
     xi2: float = 1.0
     xi3: float = 1.0
+    vartheta_mode: str = "tau_eff"
     preset: str = "custom"
     seed: int | None = None
     dc_names: list[str] = field(default_factory=list)
@@ -195,6 +203,11 @@ class Instance:
                 raise InstanceError(f"field '{name}' has invalid value {v} (must be {_KIND_TEXT[kind]})")
         if not isinstance(self.name, str):
             raise InstanceError(f"field 'name' must be a string, got {_short(self.name)}")
+        for name, choices in CHOICE_FIELDS.items():
+            v = getattr(self, name)
+            if v not in choices:
+                raise InstanceError(f"field '{name}' is {_short(v)}, expected one of "
+                                    f"{', '.join(repr(c) for c in choices)}")
         if np.any(self.f_min > self.f_max):
             n = int(np.argmax(self.f_min > self.f_max))
             raise InstanceError(f"field 'f_min' value {self.f_min[n]} exceeds f_max "
@@ -291,7 +304,10 @@ class Instance:
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in instance (known: format, "
                                 f"{', '.join(sorted(old.get(k, k) for k in known))})")
-        missing = [k for k in ("name", *ARRAY_FIELDS, *SCALAR_FIELDS) if k not in data]
+        # format 1 predates the choice fields: their defaults apply; format 2 needs them
+        required = ("name", *ARRAY_FIELDS, *SCALAR_FIELDS,
+                    *(CHOICE_FIELDS if fmt == FORMAT_TAG else ()))
+        missing = [k for k in required if k not in data]
         if missing:
             names = [old.get(k, k) for k in missing]
             raise InstanceError(f"field {names[0]!r} is missing"

@@ -135,19 +135,97 @@ def gamma_cap(inst: Instance) -> float:
     return lo
 
 
+def data_shares(inst: Instance, D_i: np.ndarray) -> np.ndarray:
+    """[T, I] shares D_i[t] / sum_j D_j[t]. Data is conserved UE -> BS -> DC, so
+    sum_j D_j[t] = sum_n Dbar[t, n] at every feasible point; that constant is the denominator
+    (the Pyomo model uses the same)."""
+    return np.asarray(D_i, float) / inst.Dbar.sum(axis=1)[:, None]
+
+
+def gbar_weighted(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
+    """SPEC §3 (audit resolution): gbar = d sum_t sum_i (D_i[t] / sum_j D_j[t]) gamma[t, i].
+    Equals the paper's sum_t sum_i gamma[t, i] when every DPU holds the same data; a DPU without
+    data has no weight."""
+    return float(gammas.shape[1] * np.sum(data_shares(inst, D_i) * np.asarray(gammas, float)))
+
+
+def bound_vartheta(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
+    """The vartheta of the bound (SPEC §3: one vartheta for bound and trainer).
+    vartheta_mode 'constant': the instance's number (the trainer scales eq:11M by it too).
+    'tau_eff': FedNova's effective step count sum_i p_i ||a_i||_1 (eq:normalGrad's weights at
+    the instance's eta, mu), averaged over the rounds because the bound has one vartheta; the
+    trainer uses each round's own tau_eff."""
+    if inst.vartheta_mode == "constant":
+        return float(inst.vartheta)
+    a1, _ = a_norms(gammas, inst.eta, inst.mu)
+    return float(np.sum(data_shares(inst, D_i) * a1) / gammas.shape[0])
+
+
+def step_condition(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> tuple[float, float]:
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3):
+    (lhs, rhs) of 4 d L^2 g_max (g_max - 1) (2 zeta1^2 + 1) <= gbar T."""
+    d, T = gammas.shape[1], gammas.shape[0]
+    g_max = float(np.max(gammas))
+    lhs = 4.0 * d * inst.L ** 2 * g_max * (g_max - 1.0) * (2.0 * inst.zeta1 ** 2 + 1.0)
+    return lhs, gbar_weighted(inst, gammas, D_i) * T
+
+
+def common_gamma_step_cap(inst: Instance) -> float:
+    """The largest common gamma (equal data everywhere) that the step condition allows:
+    1 + T^2 / (4 L^2 (2 zeta1^2 + 1)), capped at gamma_max."""
+    return min(inst.gamma_max,
+               1.0 + inst.T ** 2 / (4.0 * inst.L ** 2 * (2.0 * inst.zeta1 ** 2 + 1.0)))
+
+
+def enforce_step_condition(inst: Instance, sol: Solution) -> Solution:
+    """Make `sol` meet the step-size condition (in place): if it is violated, shrink every gamma
+    towards gamma_min, gamma <- gamma_min + s (gamma - gamma_min), with the largest s in [0, 1]
+    (bisection) at which it holds. Lower gamma only shortens processing, so every other
+    constraint of P still holds. The solvers' final clip applies it (models.clip_to_bounds)."""
+    if len(sol.rounds) != inst.T:
+        return sol
+    g0 = [(r.gamma_ue.copy(), r.gamma_dc.copy()) for r in sol.rounds]
+    Di = np.array([np.concatenate([d["D_n"], d["D_s"]]) for d in
+                   (data_split(inst, t, r) for t, r in enumerate(sol.rounds))])
+
+    def ok(sc: float) -> bool:
+        gam = np.array([np.concatenate([inst.gamma_min + sc * (gu - inst.gamma_min),
+                                        inst.gamma_min + sc * (gd - inst.gamma_min)])
+                        for gu, gd in g0])
+        lhs, rhs = step_condition(inst, gam, Di)
+        return lhs <= rhs * (1.0 - 1e-12)
+
+    if ok(1.0):
+        return sol
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    for r, (gu, gd) in zip(sol.rounds, g0):
+        r.gamma_ue = inst.gamma_min + lo * (gu - inst.gamma_min)
+        r.gamma_dc = inst.gamma_min + lo * (gd - inst.gamma_min)
+    return sol
+
+
 def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarray,
              D_i: np.ndarray | None = None, bound: str = "corollary") -> dict[str, float]:
     """Objective term (a). gammas, ms, D_i: [T, I] (UEs then DCs); taus: [T] = dA + dR.
 
-    corollary: eq:convSpecial with the tau term before condition (v) (SPEC §3).
+    corollary: eq:convSpecial with the tau term before condition (v), gbar weighted by data and
+    vartheta per the instance's vartheta_mode (SPEC §3, audit resolutions).
     general:   eq:GenConvBound at fixed eta, with (D_i-1)/D_i -> 1 and p_i^2/D_i -> D_i/D^2.
     """
     T, d = gammas.shape
+    if bound not in ("corollary", "general"):
+        raise ValueError(f"unknown bound {bound!r}: expected 'corollary' or 'general'")
+    if D_i is None:
+        raise ValueError(f"bound={bound!r} needs the data split D_i")
     Dl = inst.Delta.sum(axis=1)  # sum_i Delta[t, i]
     th, sg = float(inst.Theta.max()), float(inst.sigma.max())
-    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    L, F0 = inst.L, inst.F0_minus_Fstar
+    vt = bound_vartheta(inst, gammas, D_i)
     if bound == "corollary":
-        gbar = float(gammas.sum())
+        gbar = gbar_weighted(inst, gammas, D_i)
         m_min, g_max = float(ms.min()), float(gammas.max())
         c0 = 4.0 * math.sqrt(gbar) / (vt * math.sqrt(d * T))
         parts = {
@@ -157,9 +235,7 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
             "local": 12.0 * L ** 2 * d * th * sg ** 2 * g_max / (gbar * m_min * T),
             "hetero": 12.0 * L ** 2 * inst.zeta2 * d * g_max ** 2 / (gbar * T),
         }
-    elif bound == "general":
-        if D_i is None:
-            raise ValueError("bound='general' needs the data split D_i")
+    else:
         eta = inst.eta
         a1, a2 = a_norms(gammas, eta, inst.mu)
         Dtot = inst.Dbar.sum(axis=1)[:, None]
@@ -175,8 +251,6 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
             "local": 12.0 * eta ** 2 * L ** 2 / T * float(np.sum(
                 (1 - ms) * th_i * sg_i * gammas * (a2 - 1.0) / (ms * a1 * Dtot))),
         }
-    else:
-        raise ValueError(f"unknown bound {bound!r}: expected 'corollary' or 'general'")
     parts["total"] = float(sum(parts.values()))
     return parts
 
@@ -189,6 +263,9 @@ class Evaluation:
     ml_parts: dict[str, float]
     rounds: list[dict[str, Any]]
     violations: list[tuple[str, float]] = field(default_factory=list)
+    # the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the corollary
+    # form, both sides of the step-size condition (step_lhs <= step_rhs)
+    ml_info: dict[str, float] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
@@ -216,12 +293,18 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
         ms.append(np.concatenate([r.m_ue, r.m_dc]))
         taus.append(rt["delay"])
         Di.append(np.concatenate([rt["D_n"], rt["D_s"]]))
-    ml = ml_bound(inst, np.array(gam), np.array(ms), np.array(taus), np.array(Di), bound)
+    gam, Di = np.array(gam), np.array(Di)
+    ms = np.array(ms)
+    ml = ml_bound(inst, gam, ms, np.array(taus), Di, bound)
+    info = {"gbar": gbar_weighted(inst, gam, Di), "vartheta": bound_vartheta(inst, gam, Di),
+            "g_max": float(gam.max()), "m_min": float(ms.min())}
+    if bound == "corollary":
+        info["step_lhs"], info["step_rhs"] = step_condition(inst, gam, Di)
     terms = {"ml_bound": ml["total"], "delay": float(sum(taus)),
              "energy": float(sum(r["energy"] for r in rounds))}
     obj = w["xi1"] * terms["ml_bound"] + w["xi2"] * terms["delay"] + w["xi3"] * terms["energy"]
     return Evaluation(objective=float(obj), terms=terms, ml_parts=ml, rounds=rounds,
-                      violations=constraint_violations(inst, sol, bound=bound))
+                      violations=constraint_violations(inst, sol, bound=bound), ml_info=info)
 
 
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
@@ -257,6 +340,12 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
         chk(p + "R_bs<=Rmax_bs (eqn: BS_capacity)", r.R_bs - inst.Rmax_bs, inst.Rmax_bs)
         chk(p + "sum_b R_bs<=Rmax_s (eqn: Server_capacity)", r.R_bs.sum(axis=0) - inst.Rmax_s,
             inst.Rmax_s)
+    if bound == "corollary" and len(sol.rounds) == inst.T:
+        gam = np.array([np.concatenate([r.gamma_ue, r.gamma_dc]) for r in sol.rounds])
+        Di = np.array([np.concatenate([d["D_n"], d["D_s"]]) for d in
+                       (data_split(inst, t, r) for t, r in enumerate(sol.rounds))])
+        lhs, rhs = step_condition(inst, gam, Di)
+        chk("step size (Theorem 1, corollary eta)", np.array(lhs - rhs), max(rhs, 1e-12))
     return out
 
 
@@ -271,8 +360,11 @@ def full_rates(inst: Instance) -> np.ndarray:
 
 def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
     """SPEC §3's reference orchestration: no offloading, fixed aggregator, mid-range f, m, gamma,
-    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations."""
+    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations.
+    gamma is mid-range of [gamma_min, the largest common gamma that the corollary's step-size
+    condition allows] (`common_gamma_step_cap`), so the reference is a feasible point of P."""
     from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
+    g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
     rounds = []
     for t in range(inst.T):
         rho_bs = np.zeros((inst.B, inst.S))
@@ -282,8 +374,7 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
         rounds.append(RoundDecision(
             rho_nb=np.zeros((inst.N, inst.B)), rho_bs=rho_bs,
             f=0.5 * (inst.f_min + inst.f_max), z=0.5 * inst.C,
-            gamma_ue=np.full(inst.N, 0.5 * (inst.gamma_min + inst.gamma_max)),
-            gamma_dc=np.full(inst.S, 0.5 * (inst.gamma_min + inst.gamma_max)),
+            gamma_ue=np.full(inst.N, g_ref), gamma_dc=np.full(inst.S, g_ref),
             m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
             aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),

@@ -222,4 +222,7 @@ def clip_to_bounds(sol: Solution, inst: Instance, bound: str = "corollary") -> S
         r.R_bs = np.clip(r.R_bs, inst.R_floor, inst.Rmax_bs)
         over = r.R_bs.sum(axis=0) / inst.Rmax_s
         r.R_bs = np.where(over[None, :] > 1.0, r.R_bs / np.maximum(over, 1.0)[None, :], r.R_bs)
+    if bound == "corollary":  # the step-size row (SPEC §3), restored by shrinking gamma
+        from cefl_opt.system import enforce_step_condition
+        enforce_step_condition(inst, sol)
     return sol

@@ -78,7 +78,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         raise ValueError(f"option 'bound' is {bound!r}: expected one of {BOUND_FORMS}")
     if binaries == "fixed" and fixed is None:
         raise ValueError("binaries='fixed' needs `fixed` (a Solution or a list of RoundDecision)")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total}
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3}
     for k, v in (weights or {}).items():
         if k not in w:
             raise ValueError(f"unknown weight {k!r}: expected xi1, xi2 or xi3")
@@ -342,6 +342,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
     # ------------------------------------------------------------------ objective of P
     m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
+    m.gbar = pyo.Expression(expr=inst.I * _weighted_gammas(m, inst))
+    vt = _bound_vartheta(m, inst)
+    m.vartheta_b = vt if isinstance(vt, float) else pyo.Expression(expr=vt)
+    if bound == "corollary":
+        _step_row(m, inst)
     m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
     m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
     m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
@@ -396,16 +401,74 @@ def _dpu_epigraphs(m, blk, bound: str) -> None:
         blk.coupling.h_max_epi = pyo.Constraint(m.T, rule=h)
 
 
+def _weighted_gammas(m, inst: Instance, f=lambda g: g):
+    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (SPEC §3: the bound counts training
+    that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
+
+    Block form: the data volumes are read over dc[0]'s copies (dc[0] hosts the step-size row,
+    which uses the same sum); what dc[0] does not hold (rho_bs[:, s] for s != 0) from its owner
+    bs[b]. Compact form: each DPU's (lifted) data volume `blk.D`, which keeps the objective's
+    Hessian small (module docstring)."""
+    own = m.dc[0]
+    out = 0
+    for t in m.T:
+        Dt = float(inst.Dbar[t].sum())
+        for n in m.N:
+            if m._copies:
+                D = (1 - sum(own.rho_nb[t, n, b] for b in m.B)) * float(inst.Dbar[t, n])
+            else:
+                D = m.ue[n].D[t]
+            out += D / Dt * f(m.ue[n].gamma[t])
+        for s in m.S:
+            if m._copies:
+                D = sum((own.rho_bs[t, b] if s == 0 else m.bs[b].rho_bs[t, s]) * own.Db[t, b]
+                        for b in m.B)
+            else:
+                D = m.dc[s].D[t]
+            out += D / Dt * f(m.dc[s].gamma[t])
+    return out
+
+
+def _a1(inst: Instance, g):
+    """||a||_1 of eq:normalGrad at the instance's eta, mu (continued to real gamma)."""
+    q = 1.0 - inst.eta * inst.mu
+    return g if q == 1.0 else (1 - q ** g) / (1 - q)
+
+
+def _bound_vartheta(m, inst: Instance):
+    """vartheta of the bound (`system.bound_vartheta`): the instance's number, or the round
+    average of tau_eff = sum_i p_i ||a_i||_1 (SPEC §3: one vartheta for bound and trainer)."""
+    if inst.vartheta_mode == "constant":
+        return float(inst.vartheta)
+    return _weighted_gammas(m, inst, lambda g: _a1(inst, g)) / inst.T
+
+
+def _step_row(m, inst: Instance) -> None:
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3),
+    4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T, divided by d T; a coupling row hosted by
+    dc[0], which owns g_max (`system.step_condition` is its numpy twin)."""
+    T, d = inst.T, inst.I
+    own = m.dc[0]
+    k = 4.0 * inst.L ** 2 * (2.0 * inst.zeta1 ** 2 + 1.0) / T
+    # the sum is written out again rather than read from the named Expression m.gbar: with
+    # m.gbar shared by the objective and this row, the NL writer's defined variables gave ASL
+    # objective gradients that disagree with finite differences (tests/test_decentralized.py)
+    own.coupling.step = pyo.Constraint(
+        expr=k * own.g_max * (own.g_max - 1) - _weighted_gammas(m, inst) <= 0)
+
+
 def _ml_expression(m, inst: Instance, bound: str):
-    """Objective term (a): eq:convSpecial (tau term before condition (v)) or eq:GenConvBound."""
+    """Objective term (a): eq:convSpecial (tau term before condition (v); gbar weighted by data,
+    vartheta per vartheta_mode: SPEC §3 audit resolutions) or eq:GenConvBound."""
     T, d = inst.T, inst.I
     own = m.dc[0]
     drift = sum(m.tau[t] * float(inst.Delta[t].sum()) for t in m.T)
     th, sg = float(inst.Theta.max()), float(inst.sigma.max())
-    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    L, F0 = inst.L, inst.F0_minus_Fstar
+    vt = m.vartheta_b
     dpus = [(blk, i) for i, blk in enumerate(list(m.ue.values()) + list(m.dc.values()))]
     if bound == "corollary":
-        gbar = sum(blk.gamma[t] for blk, _ in dpus for t in m.T)
+        gbar = m.gbar
         c0 = 4.0 * pyo.sqrt(gbar) / (vt * math.sqrt(d * T))
         return (c0 * F0 + c0 * drift
                 + 16.0 * L * vt * th * sg ** 2 / own.m_min * pyo.sqrt(d / T) / pyo.sqrt(gbar)

@@ -82,6 +82,12 @@ def cmd_evaluate(args) -> int:
         parts["xi * value"] = parts["weight xi"] * parts["value"]
         print(parts.to_string(index=False, float_format=lambda v: f"{v:.6g}"))
         print("ML bound parts: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_parts.items()))
+        print("ML bound state: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_info.items()
+                                             if not k.startswith("step_")))
+        if "step_lhs" in ev.ml_info:  # Theorem 1's step-size condition (SPEC §3)
+            lhs, rhs = ev.ml_info["step_lhs"], ev.ml_info["step_rhs"]
+            print(f"step-size condition 4 d L^2 g_max (g_max-1)(2 zeta1^2+1) <= gbar T: "
+                  f"{lhs:.6g} <= {rhs:.6g}: {'holds' if lhs <= rhs * (1 + FEAS_TOL) else 'VIOLATED'}")
         table = ev.per_round_table().set_index("round")
         print("per round (delays in s, energies in J; energy = xi3_k-weighted sum):")
         print(table.to_string(float_format=lambda v: f"{v:.6g}"))
@@ -98,6 +104,7 @@ def cmd_evaluate(args) -> int:
                "weights": w,
                "objective": ev.objective if ev else None,
                "terms": ev.terms if ev else None, "ml_parts": ev.ml_parts if ev else None,
+               "ml_info": ev.ml_info if ev else None,
                "rounds": ([{k: r[k] for k in ROUND_KEYS} for r in ev.rounds] if ev else None)}
         write_json_atomic(args.json, _finite(out))
         print(f"wrote {args.json}")

@@ -1,10 +1,12 @@
 """``cefl-opt train`` and ``cefl-opt estimate`` (issue 5). Every option is checked, and the
 outputs are checked to be writable and distinct from the inputs, before any data is loaded; bad
-input raises :class:`cefl_opt.io.InputError` (exit status 2).
+input raises :class:`cefl_opt.io.InputError` (exit status 2); ``train --engine flower`` returns
+4 when a SuperNode fails mid-run (nothing is written).
 """
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 from ..instance import FORMAT_TAG, Instance
@@ -14,6 +16,7 @@ from ..learning.models import MODELS
 from ..learning.trainer import DEFAULT_LR
 from . import COUNT, POSITIVE, SEED, OptionError, number
 
+EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 DEFAULT_TARGETS = {"fmnist": "0.6,0.7,0.8", "cifar10": "0.4,0.5,0.6",
                    "mnist5k": "0.6,0.7,0.8", "digits": "0.6,0.7,0.8"}
 
@@ -56,6 +59,12 @@ def register(subparsers) -> None:
                    help="evaluate on the first N test samples only")
     p.add_argument("--threads", type=COUNT, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--engine", choices=("local", "flower"), default="local",
+                   help="local: the in-process trainer (default); flower: the same rounds as a "
+                        "Flower app in Flower's simulation engine (Ray), one SuperNode per DPU. "
+                        "Exit 4 if a SuperNode fails (nothing written)")
+    p.add_argument("--flower-cpus", type=COUNT, default=2,
+                   help="--engine flower: CPUs Ray may use, one ClientApp per CPU (default 2)")
     p.add_argument("--out", required=True, help="per-round CSV (written atomically); the "
                    "targets table goes next to it as <stem>.targets.csv")
     p.set_defaults(func=cmd_train)
@@ -111,6 +120,30 @@ def check_vartheta(text: str):
                           f"{text!r}") from None
 
 
+def write_train_outputs(res, out) -> tuple[Path, Path]:
+    """The per-round CSV at ``out`` and the targets table next to it (``<stem>.targets.csv``)."""
+    out = Path(out)
+    tpath = _targets_path(out)
+    write_csv_atomic(res.history, out)
+    write_csv_atomic(res.targets, tpath)
+    return out, tpath
+
+
+def load_flower():
+    """``cefl_opt.learning.flower``; an OptionError (exit 2) when the
+    Flower engine (flwr, or its simulation extra Ray) is not installed."""
+    import importlib
+    try:
+        return importlib.import_module("cefl_opt.learning.flower")
+    except ImportError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in ("flwr", "ray"):
+            raise
+        raise OptionError(f"option '--engine' value 'flower' needs the Flower engine, but Python package "
+                            f"'{top}' is not installed (pip install 'flwr[simulation]>=1.42,"
+                            f"<1.43'; or use --engine local)") from None
+
+
 def _threads(n):
     if n is not None:
         import torch
@@ -122,9 +155,9 @@ def _targets_path(out: str | Path) -> Path:
     return out.with_name(out.stem + ".targets.csv")
 
 
-def cmd_train(args) -> int:
-    from ..learning.data import load_dataset
-    from ..learning.trainer import run_training
+def prepare_train(args):
+    """Check ``train``'s options and load what they name: ``(instance, solution, kwargs of
+    run_training)``. Shared by both engines and by the Flower deployment's ServerApp."""
     from ..solution import Solution
 
     targets = parse_targets(args.targets or DEFAULT_TARGETS[args.dataset])
@@ -138,17 +171,36 @@ def cmd_train(args) -> int:
     if args.aggregator >= inst.S:
         raise OptionError(f"option '--aggregator' value {args.aggregator} is not a DC index "
                           f"0..{inst.S - 1}")
-    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
-    res = run_training(inst, sol, data, method=args.method, rounds=args.rounds, model=args.model,
-                       lr=args.lr, mu=args.mu, seed=args.seed, targets=targets,
-                       vartheta=args.vartheta, aggregator=args.aggregator,
-                       average=args.baseline_params == "average", test_max=args.test_max,
-                       progress=not args.no_progress)
-    out = Path(args.out)
-    write_csv_atomic(res.history, out)
-    write_csv_atomic(res.targets, tpath)
+    kw = dict(method=args.method, rounds=args.rounds, model=args.model, lr=args.lr, mu=args.mu,
+              seed=args.seed, targets=targets, vartheta=args.vartheta,
+              aggregator=args.aggregator, average=args.baseline_params == "average",
+              test_max=args.test_max, progress=not args.no_progress)
+    return inst, sol, kw
+
+
+def cmd_train(args) -> int:
+    from ..learning.data import load_dataset
+    from ..learning.trainer import run_training
+
+    if args.engine == "flower":
+        flower = load_flower()
+        flower.require_ray()
+    inst, sol, kw = prepare_train(args)
+    if args.engine == "flower":
+        try:
+            res = flower.run_simulation(inst, sol, flower.DataSpec(args.dataset, args.data_dir,
+                                                                   args.seed),
+                                        cpus=args.flower_cpus, threads=args.threads or 1, **kw)
+        except flower.EngineError as e:
+            print(f"cefl-opt: error: Flower engine: {e}", file=sys.stderr)
+            return EXIT_ENGINE
+    else:
+        res = run_training(inst, sol, load_dataset(args.dataset, args.data_dir, seed=args.seed),
+                           **kw)
+    out, tpath = write_train_outputs(res, args.out)
     h = res.history
-    print(f"{args.method} on {args.dataset} ({args.model}, lr {args.lr}): {len(h)} rounds, final "
+    print(f"{args.method} on {args.dataset} ({args.model}, lr {args.lr}, engine {args.engine}): "
+          f"{len(h)} rounds, final "
           f"accuracy {h['accuracy'].iloc[-1]:.4f}, energy {h['cum_energy_kJ'].iloc[-1]:.4g} kJ, "
           f"delay {h['cum_delay_s'].iloc[-1]:.4g} s")
     print(res.targets.to_string(index=False))

@@ -108,9 +108,12 @@ def show_text(inst: Instance) -> str:
                  f"gradient;  gamma in [{inst.gamma_min:g}, {inst.gamma_max:g}], m >= {inst.m_floor:g}")
     lines.append(f"weights: xi1 {inst.xi1:.6g}  xi2 {inst.xi2:.6g}  xi3 {inst.xi3:.6g}  "
                  f"xi3_1..6 {', '.join(f'{v:g}' for v in inst.xi3_parts)}")
-    lines.append(f"ML constants: eta {inst.eta:g}  mu {inst.mu:g}  vartheta {inst.vartheta:g}  "
+    vt = (f"vartheta {inst.vartheta:g} (constant)" if inst.vartheta_mode == "constant"
+          else "vartheta tau_eff")
+    lines.append(f"ML constants: eta {inst.eta:g}  mu {inst.mu:g}  {vt}  "
                  f"L {inst.L:g}  zeta1 {inst.zeta1:g}  zeta2 {inst.zeta2:g}  "
-                 f"F0-F* {inst.F0_minus_Fstar:g}")
+                 f"F0-F* {inst.F0_minus_Fstar:g}  sigma max {float(inst.sigma.max()):g}  "
+                 f"Theta max {float(inst.Theta.max()):g}")
 
     g = inst.graph()
     if inst.graph_edges:
