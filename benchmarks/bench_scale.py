@@ -23,7 +23,9 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
 Writes results/bench/scale.csv (one row per size, measurement and rank count) and
 results/bench/scale.png (log-log: wall time against the number of variables; decentralised with
 1 and 2 ranks, centralised Ipopt, the per-iteration times). The machine's load average is
-recorded with every row (timings on the shared 2-core machine are inflated under load).
+recorded with every row (timings on the shared 2-core machine are inflated under load). Every
+measurement runs with its address space capped at BENCH_SCALE_MEM_GB (default 10 GB), so a run
+that would exhaust the shared machine's memory fails on its own (rc != 0, `error` column).
 """
 from __future__ import annotations
 
@@ -161,10 +163,18 @@ WORKERS = {"gen": _worker_gen, "floor": _worker_floor, "ipopt": _worker_ipopt}
 
 
 def _run_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
-    """(exit code, wall s, peak RSS MB of the child tree's largest process, output tail)."""
+    """(exit code, wall s, peak RSS MB of the child tree's largest process, output tail).
+    The child's address space is capped at BENCH_SCALE_MEM_GB (default 10 GB): a run that
+    needs more fails with a MemoryError instead of calling the machine's OOM killer."""
+    import resource
+    cap = int(float(os.environ.get("BENCH_SCALE_MEM_GB", "10")) * 2 ** 30)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=limit)
     try:
         out, _ = p.communicate(timeout=timeout)
         rc = p.returncode
@@ -173,7 +183,6 @@ def _run_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
         out, _ = p.communicate()
         rc = 124
     wall = time.perf_counter() - t0
-    import resource
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     return rc, wall, rss, (out or "")[-2000:]
 
