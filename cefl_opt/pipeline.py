@@ -1,6 +1,9 @@
 """`cefl-opt run`: the toolkit's main job (issue 6).
 
-Generate the default `paper` instance, solve P with the decentralised method, the centralised
+Generate the default `paper` instance, measure its ML constants (L, Theta, zeta1, zeta2, sigma:
+`cefl-opt estimate --dynamic` on the run's data set and the instance's partition, computed once and
+cached by the instance's name, seed and data in `--cache-dir`; `--placeholder-constants` skips
+this), solve P with the decentralised method, the centralised
 reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on
 Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a report folder: `report.md` (tables),
 PNG figures, CSVs and every solution file.
@@ -38,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--targets", default="0.6,0.7,0.8")
     p.add_argument("--model", default="mlp")
     p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--cache-dir", default="results/cache",
+                   help="where measured ML constants are cached (default results/cache)")
+    p.add_argument("--placeholder-constants", action="store_true",
+                   help="keep the preset's placeholder ML constants (L = Theta = sigma = 1) "
+                        "instead of measuring them on the data set")
     p.set_defaults(func=run_main)
 
 
@@ -60,8 +68,22 @@ def run_main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     inst = make_instance(args.preset, rounds=args.rounds, seed=args.seed)
+    data = None
+    if not args.placeholder_constants:
+        from .learning.data import load_dataset
+        from .learning.estimation import apply_estimates, measured_constants
+        data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+        print(f"[1/3] measuring the ML constants on {args.dataset} (dynamic, once per instance "
+              f"and seed; cache {args.cache_dir}) ...", flush=True)
+        est = measured_constants(inst, data, dataset=args.dataset, model=args.model,
+                                 seed=args.seed, cache_dir=args.cache_dir,
+                                 log=lambda m: print("      " + m, flush=True))
+        inst = apply_estimates(inst, est)
+        print(f"      L {inst.L:.4g}, zeta1 {inst.zeta1:.4g}, zeta2 {inst.zeta2:.4g}, Theta max "
+              f"{inst.Theta.max():.4g}, sigma max {inst.sigma.max():.4g}", flush=True)
     inst.save(out / "instance.json")
-    print(f"[1/3] instance {inst.name} -> {out / 'instance.json'}", flush=True)
+    print(f"[1/3] instance {inst.name} ({'placeholder' if args.placeholder_constants else 'measured'}"
+          f" ML constants) -> {out / 'instance.json'}", flush=True)
 
     rows, sols = [], {}
     for meth in meths:
@@ -92,7 +114,8 @@ def run_main(args: argparse.Namespace) -> int:
     if not args.skip_training and cefl_src is not None:
         from .learning.data import load_dataset
         from .learning.trainer import run_training
-        data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+        if data is None:
+            data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
         hist = []
         for method in ("cefl", "fednova", "fedavg"):
             print(f"[3/3] training {method} on {args.dataset} ({args.train_rounds} rounds) ...",
