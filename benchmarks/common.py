@@ -155,6 +155,8 @@ def solution_summary(inst, sol) -> dict[str, float]:
         "mean_m_data_weighted": float((m * D_i).sum() / D_i.sum()),
         "min_m": float(m.min()),
         "mean_gamma": float(g.mean()),
+        "mean_gamma_data_weighted": float((g * D_i).sum() / D_i.sum()),
+        "max_gamma": float(g.max()),
         "offload_share": float(np.mean([d.rho_nb.sum(axis=1).mean() for d in R])),
         "E_P_ue_J": float(sum(r["E_P_ue"] for r in ev.rounds)),
         "E_P_dc_J": float(sum(r["E_P_dc"] for r in ev.rounds)),
