@@ -219,3 +219,18 @@ def test_instance_copy_and_validate():
     assert c.L == 2.0 and inst.L == 1.0
     with pytest.raises(InstanceError, match="'L'"):
         inst.copy(L=-1.0)
+
+
+def test_vartheta_mode_field(tmp_path, tiny_hand):
+    """vartheta_mode (issue 15): 'tau_eff' by default, round-trips, and a bad value is one clear
+    error naming the field and the value; files written before the field load with the default."""
+    inst, _ = tiny_hand
+    assert inst.vartheta_mode == "tau_eff"
+    c = inst.copy(vartheta_mode="constant")
+    c.save(tmp_path / "c.json")
+    assert Instance.load(tmp_path / "c.json").vartheta_mode == "constant"
+    d = inst.to_dict()
+    d.pop("vartheta_mode")
+    assert Instance.from_dict(d).vartheta_mode == "tau_eff"
+    with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is 'fednova', expected one of"):
+        Instance.from_dict(dict(inst.to_dict(), vartheta_mode="fednova"))
