@@ -231,6 +231,11 @@ def test_vartheta_mode_field(tmp_path, tiny_hand):
     assert Instance.load(tmp_path / "c.json").vartheta_mode == "constant"
     d = inst.to_dict()
     d.pop("vartheta_mode")
-    assert Instance.from_dict(d).vartheta_mode == "tau_eff"
+    with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is missing"):
+        Instance.from_dict(d)                      # format 2: every field is required
+    old = {{"xi3": "xi3_total", "xi3_parts": "xi3"}.get(k, k): v for k, v in d.items()}
+    old["format"] = "cefl-instance/1"              # format 1 predates the field: the default
+    assert Instance.from_dict(old).vartheta_mode == Instance.__dataclass_fields__[
+        "vartheta_mode"].default
     with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is 'fednova', expected one of"):
         Instance.from_dict(dict(inst.to_dict(), vartheta_mode="fednova"))
