@@ -3,7 +3,7 @@ against the centralised `ipopt-enum` (Ipopt per aggregator choice, coordinate sw
 paper network (20 UEs, 10 BSs, 5 DCs) and on 100 UEs / 20 BSs / 10 DCs, with their ratio.
 
     python -m benchmarks.bench_dec_vs_ipopt [--quick] [--seed 0] [--sizes 20x10x5x5,100x20x10x2]
-        [--rounds 5] [--max-outer N] [--ipopt-time 600] [--no-assoc-search] [--no-ipopt]
+        [--rounds 5] [--max-outer N] [--ipopt-time 600] [--no-ipopt]
 
 Writes results/bench/dec_vs_ipopt.csv (per size and method: wall time, the phases of the
 decentralised run, objective of P, aggregators; per size the ratio t_decentralized /
@@ -81,8 +81,7 @@ def run(args) -> pd.DataFrame:
         if not args.ipopt:
             continue
         t0 = time.perf_counter()
-        res = solve(inst, "ipopt-enum", time_limit=args.ipopt_time,
-                    assoc_search=args.assoc_search)
+        res = solve(inst, "ipopt-enum", time_limit=args.ipopt_time)
         t_ip = time.perf_counter() - t0
         row = {**base, "method": "ipopt-enum", "wall_s": t_ip, "status": res.status,
                "ipopt_solves": res.info.get("ipopt_solves")}
@@ -137,8 +136,6 @@ def main(argv=None) -> int:
                     help="decentralized only (no ipopt-enum)")
     ap.add_argument("--ipopt-time", type=float, default=600.0,
                     help="Ipopt time limit per solve (s)")
-    ap.add_argument("--no-assoc-search", dest="assoc_search", action="store_false",
-                    help="ipopt-enum without its association local search")
     args = ap.parse_args(argv)
     if args.sizes is None:
         args.sizes = "small,10x6x3" if args.quick else "20x10x5x5,100x20x10x2"

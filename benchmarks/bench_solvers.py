@@ -7,29 +7,27 @@ Writes results/bench/solvers.csv and results/bench/solvers.png.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
+from benchmarks import common
 from cefl_opt import system
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.base import methods, solve
 
-OUT = Path("results/bench")
-
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small only, one seed, T=2")
-    ap.add_argument("--seeds", default="0,1,2")
+    suite = common.Suite("bench_solvers", __doc__)
+    ap = suite.ap
+    ap.add_argument("--seeds", default="0,1,2", help="(--quick: small only, one seed, T=2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scip-time", type=float, default=60.0)
     ap.add_argument("--presets", default="small,paper")
     ap.add_argument("--methods", default="ipopt-enum,fixed,greedy-data,greedy-rate,no-offload,"
                                          "decentralized,scip")
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
     presets = ["small"] if args.quick else args.presets.split(",")
     rounds = 2 if args.quick else args.rounds
@@ -56,13 +54,12 @@ def main(argv=None) -> int:
         df["gap_to_bound"] = [
             (r.objective - lb[(r.preset, r.seed)]) / abs(r.objective)
             if (r.preset, r.seed) in lb.index else float("nan") for r in df.itertuples()]
-    OUT.mkdir(parents=True, exist_ok=True)
-    df.to_csv(OUT / "solvers.csv", index=False)
+    suite.csv(df, "solvers.csv")
     summary = df.assign(method=df["method"].str.replace(r"fixed\[\d+\]", "fixed(avg)", regex=True)) \
         .groupby(["preset", "method"])[["objective", "delay_s", "energy_J", "wall_s", "gap_to_best_known"]].mean()
     print(summary.to_string(float_format=lambda x: f"{x:.4g}"))
-    _plot(summary.reset_index(), OUT / "solvers.png")
-    return 0
+    _plot(summary.reset_index(), suite.path("solvers.png"))
+    return suite.finish()
 
 
 def _row(preset, seed, name, inst, res) -> dict:
@@ -77,9 +74,7 @@ def _row(preset, seed, name, inst, res) -> dict:
 
 
 def _plot(summary: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.plt()
     cols = ["objective", "delay_s", "energy_J", "wall_s"]
     presets = list(summary["preset"].unique())
     fig, ax = plt.subplots(len(presets), len(cols), figsize=(4 * len(cols), 3.2 * len(presets)),
@@ -90,9 +85,7 @@ def _plot(summary: pd.DataFrame, path: Path) -> None:
             ax[i, j].bar(d["method"], d[c])
             ax[i, j].set_title(f"{p}: {c}")
             ax[i, j].tick_params(axis="x", rotation=45)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.save_fig(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,8 @@ tables and matplotlib figures (Agg backend, written atomically).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -85,19 +83,15 @@ def out_dir(args) -> Path:
 
 
 # ---- methods ------------------------------------------------------------------------------
-def registered_methods() -> set[str]:
+def method_names() -> list[str]:
+    """The registered solve methods (`solvers/plugins.py`), for argparse `choices`."""
     from cefl_opt.solvers.base import methods
-    return set(methods())
-
-
-def has_method(name: str) -> bool:
-    return name in registered_methods()
+    return sorted(methods())
 
 
 def cefl_method() -> str:
-    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver when it is
-    registered, else ``ipopt-enum`` (the best centralised method)."""
-    return "decentralized" if has_method("decentralized") else "ipopt-enum"
+    """The orchestration that stands for CE-FL: the paper's ``decentralized`` solver."""
+    return "decentralized"
 
 
 def solve_opts(method: str, quick: bool = False) -> dict[str, Any]:
@@ -123,7 +117,7 @@ def instance(preset: str = "paper", *, seed: int = 0, rounds: int = 3, **kw):
 
 
 def weights_of(inst) -> dict[str, float]:
-    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3_total": float(inst.xi3_total)}
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3": float(inst.xi3)}
 
 
 # ---- summaries of an orchestration -------------------------------------------------------------
@@ -155,6 +149,8 @@ def solution_summary(inst, sol) -> dict[str, float]:
         "mean_m_data_weighted": float((m * D_i).sum() / D_i.sum()),
         "min_m": float(m.min()),
         "mean_gamma": float(g.mean()),
+        "mean_gamma_data_weighted": float((g * D_i).sum() / D_i.sum()),
+        "max_gamma": float(g.max()),
         "offload_share": float(np.mean([d.rho_nb.sum(axis=1).mean() for d in R])),
         "E_P_ue_J": float(sum(r["E_P_ue"] for r in ev.rounds)),
         "E_P_dc_J": float(sum(r["E_P_dc"] for r in ev.rounds)),
@@ -186,6 +182,60 @@ def run_sweep(name: str, param: str, values: Sequence[float], make, method: str,
             row.update(solution_summary(inst, res.solution))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ---- parameter sweeps (exp3, exp4) ------------------------------------------------------------
+def add_sweep_args(ap: argparse.ArgumentParser, flag: str, default: str) -> None:
+    """The swept values (`flag`, comma-separated), ``--T`` (rounds, 2) and ``--method``."""
+    ap.add_argument(flag, default=default, help=f"comma-separated values (default {default})")
+    ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
+    ap.add_argument("--method", default="ipopt-enum", choices=method_names())
+
+
+def add_constants_args(ap: argparse.ArgumentParser) -> None:
+    """Options of the ML constants (issue 15): measured on a data set (cached) by default."""
+    ap.add_argument("--placeholder-constants", action="store_true",
+                    help="keep the preset's placeholder ML constants (no measurement)")
+    ap.add_argument("--dataset", default="fmnist")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--cache-dir", default="results/cache")
+
+
+def sweep_instance(args):
+    """The paper preset (reduced under --quick) with T = --T or 2 rounds; with the ML constants
+    measured on --dataset (`measured_constants`, cached) when the suite declared
+    `add_constants_args` and --placeholder-constants is not given."""
+    inst = instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args))
+    if getattr(args, "placeholder_constants", True):
+        return inst
+    from cefl_opt.learning.data import load_dataset
+    from cefl_opt.learning.estimation import apply_estimates, measured_constants
+    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    inst = apply_estimates(inst, measured_constants(inst, data, dataset=args.dataset,
+                                                    seed=args.seed, cache_dir=args.cache_dir))
+    print(f"measured constants L {inst.L:.4g} zeta1 {inst.zeta1:.4g} zeta2 {inst.zeta2:.4g} "
+          f"Theta max {inst.Theta.max():.4g} sigma max {inst.sigma.max():.4g}, vartheta "
+          f"{inst.vartheta_mode}", flush=True)
+    return inst
+
+
+def print_weights(name: str, inst, method: str, which: str) -> dict[str, float]:
+    """Print and return the objective weights the sweep keeps."""
+    w = weights_of(inst)
+    print(f"{name}: {inst.name}, method {method}, {which} weights "
+          + ", ".join(f"{k}={v:.4g}" for k, v in w.items()), flush=True)
+    return w
+
+
+def report_trends(df: pd.DataFrame, param: str, checks, header: str) -> None:
+    """For each (label, column, 'up'|'down') of `checks`: the direction of the column along
+    `param` and its verdict against the paper's claim."""
+    print(f"\n{header}")
+    for label, col, want in checks:
+        tr = trend(df[param], df[col])
+        print(f"  {label:<20} {'decreases' if want == 'down' else 'increases'} with {param}: "
+              f"{verdict(tr, want)}  ({tr['first']:.4g} -> {tr['last']:.4g}, "
+              f"Spearman {tr['spearman']:+.2f})")
 
 
 # ---- trends ----------------------------------------------------------------------------------
@@ -223,15 +273,9 @@ def verdict(tr: dict[str, Any], want: str) -> str:
 
 # ---- files -----------------------------------------------------------------------------------
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    """Write atomically (temporary file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", newline="") as fh:
-        df.to_csv(fh, index=False)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, path)
-    return path
+    """CSV written atomically (`cefl_opt.io`)."""
+    from cefl_opt.io import write_csv_atomic
+    return write_csv_atomic(df, path)
 
 
 def plt():
@@ -241,17 +285,21 @@ def plt():
     return _plt
 
 
-def save_fig(fig, path: Path, dpi: int = 110) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
-    os.close(fd)
+def save_fig(fig, path: Path, dpi: int = 110, *, title: str | None = None,
+             grid_xlabel: str | None = None) -> Path:
+    """Lay out, write atomically as PNG (`cefl_opt.io`) and close a figure; with `title` a
+    figure title, with `grid_xlabel` that x label and a light grid on every axes."""
+    from cefl_opt.io import write_png_atomic
+    if grid_xlabel is not None:
+        for a in fig.axes:
+            a.set_xlabel(grid_xlabel)
+            a.grid(alpha=0.3)
+    if title is not None:
+        fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(tmp, dpi=dpi)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_png_atomic(fig, path, dpi=dpi)
     plt().close(fig)
-    return path
+    return Path(path)
 
 
 def print_table(df: pd.DataFrame, title: str | None = None, cols: Iterable[str] | None = None,
@@ -268,3 +316,61 @@ def footer(name: str, t0: float, files: Iterable[Path]) -> None:
     print(f"\n{name}: wrote " + ", ".join(str(Path(f).relative_to(ROOT)) if Path(f).is_relative_to(ROOT)
                                           else str(f) for f in files))
     print(f"{name}: runtime {time.perf_counter() - t0:.1f} s")
+
+
+# ---- the skeleton every suite uses -------------------------------------------------------------
+class Suite:
+    """The prologue and epilogue every suite repeats: the command line (``--quick``, ``--seed``,
+    ``--out-dir``; ``--ues/--bss/--dcs`` with ``net_args``), quiet warnings, seeds, the output
+    folder, atomic CSV and PNG files, tables and the footer listing every file written.
+
+        suite = common.Suite("exp4_xi1", __doc__, net_args=True)
+        suite.ap.add_argument("--factors", default="0.1,0.3,1,3,10")
+        args = suite.start(argv)
+        ...
+        suite.csv(df, "exp4_xi1.csv")
+        plot(df, suite.path("exp4_xi1.png"))           # plot writes with common.save_fig
+        return suite.finish()
+    """
+
+    def __init__(self, name: str, doc: str | None, *, net_args: bool = False,
+                 sweep: tuple[str, str] | None = None):
+        self.name = name
+        self.ap = parser(doc)
+        if net_args:
+            add_net_args(self.ap)
+        if sweep is not None:          # (flag, default values) of a parameter sweep
+            add_sweep_args(self.ap, *sweep)
+        self.files: list[Path] = []
+        self.t0 = time.perf_counter()
+        self.out = Path(OUT)
+
+    def start(self, argv=None, *, seed: bool = True):
+        """Parse the arguments, silence known warnings, seed everything (unless the suite seeds
+        per job), create the output folder; return the arguments."""
+        args = self.ap.parse_args(argv)
+        self.t0 = time.perf_counter()
+        quiet()
+        if seed:
+            seed_everything(args.seed)
+        self.out = out_dir(args)
+        return args
+
+    def path(self, filename: str) -> Path:
+        """The output folder / filename, listed in the footer (for figures: pass it to a
+        function that writes with :func:`save_fig`)."""
+        path = self.out / filename
+        self.files.append(path)
+        return path
+
+    def csv(self, df: pd.DataFrame, filename: str) -> Path:
+        """`df` written atomically as the output folder / filename."""
+        return write_csv(df, self.path(filename))
+
+    def table(self, df: pd.DataFrame, title: str | None = None, cols: Iterable[str] | None = None,
+              fmt: str = "{:.4g}") -> None:
+        print_table(df, title, cols, fmt)
+
+    def finish(self) -> int:
+        footer(self.name, self.t0, self.files)
+        return 0

@@ -20,8 +20,6 @@ with another job running (ipopt-enum 4.5 min, decentralized 1.5 min, the 7 fixed
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -29,36 +27,21 @@ from tqdm import tqdm
 from benchmarks import common
 
 NAME = "exp2_floating_aggregator"
-REQUIRES = ("ipopt-enum", "fixed", "greedy-data", "greedy-rate")
 CHECK_AGAINST = ("fixed(avg)", "fixed(best)", "greedy-data", "greedy-rate")
 REL_TOL = 1e-9
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
-    ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
-    ap.add_argument("--T", type=int, default=None, help="rounds (5; quick 3)")
-    ap.add_argument("--no-decentralized", action="store_true",
-                    help="skip the decentralized row even when it is registered")
-    common.add_net_args(ap)
-    args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    common.quiet()
-    out = common.out_dir(args)
+    suite = common.Suite(NAME, __doc__, net_args=True)
+    suite.ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
+    suite.ap.add_argument("--T", type=int, default=None, help="rounds (5; quick 3)")
+    suite.ap.add_argument("--no-decentralized", action="store_true",
+                          help="skip the decentralized row even when it is registered")
+    args = suite.start(argv, seed=False)                  # seeded per instance below
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     T = args.T or (3 if args.quick else 5)
     net = common.net_kwargs(args)
-    avail = common.registered_methods()
-    missing = [m for m in REQUIRES if m not in avail]
-    if missing:
-        print(f"{NAME}: SKIPPED, methods not registered: {', '.join(missing)}")
-        return 0
-    cefl = ["ipopt-enum"]
-    if "decentralized" in avail and not args.no_decentralized:
-        cefl.append("decentralized")
-    else:
-        print(f"{NAME}: decentralized row skipped ("
-              + ("--no-decentralized" if args.no_decentralized else "method not registered") + ")")
+    cefl = ["ipopt-enum"] + ([] if args.no_decentralized else ["decentralized"])
 
     round_rows, summ_rows, checks, hot, failed = [], [], [], {}, []
     for seed in seeds:
@@ -108,27 +91,27 @@ def main(argv=None) -> int:
     favg = fx.groupby(["seed", "round"], as_index=False).mean(numeric_only=True)
     favg["method"], favg["aggregator"] = "fixed(avg)", -1
     rounds = pd.concat([rounds, favg[rounds.columns]], ignore_index=True)
-    f_csv = common.write_csv(rounds, out / f"{NAME}.csv")
-    f_sum = common.write_csv(summary.merge(
+    suite.csv(rounds, f"{NAME}.csv")
+    suite.csv(summary.merge(
         chk.pivot_table(index=["seed", "cefl"], columns="against", values="result", aggfunc="first")
         .add_prefix("check_vs_").reset_index().rename(columns={"cefl": "method"}),
-        on=["seed", "method"], how="left") if len(chk) else summary, out / f"{NAME}_summary.csv")
+        on=["seed", "method"], how="left") if len(chk) else summary, f"{NAME}_summary.csv")
 
     # tables
-    common.print_table(summary, "per method (objective, total delay, energy, aggregator per round)",
-                       ["seed", "method", "objective", "ml_bound", "delay_s", "energy_J", "wall_s",
-                        "aggregators"])
+    suite.table(summary, "per method (objective, total delay, energy, aggregator per round)",
+                ["seed", "method", "objective", "ml_bound", "delay_s", "energy_J", "wall_s",
+                 "aggregators"])
     show = ["ipopt-enum", "decentralized", "fixed(avg)", "greedy-data", "greedy-rate"]
     for q, unit in (("delay", "delay (s)"), ("energy_raw", "energy (J)")):
         tab = rounds[rounds["method"].isin(show)].pivot_table(index=["seed", "round"], columns="method",
                                                               values=q)
         tab = tab[[c for c in show if c in tab.columns]]
-        common.print_table(tab.reset_index(), f"{unit} per round")
+        suite.table(tab.reset_index(), f"{unit} per round")
     agg = rounds[rounds["method"].isin(["ipopt-enum", "decentralized", "greedy-data", "greedy-rate"])] \
         .pivot_table(index=["seed", "round"], columns="method", values="aggregator")
     # the sub-network holding the concentrated data in each round (users' mobility)
     agg["hot sub-network"] = [(hot.get(s) or [np.nan] * T)[t] for s, t in agg.index]
-    common.print_table(agg.reset_index(), "aggregator index per round", fmt="{:.0f}")
+    suite.table(agg.reset_index(), "aggregator index per round", fmt="{:.0f}")
     print("\ncheck: CE-FL objective <= fixed(avg), fixed(best), greedy-data, greedy-rate")
     for r in chk.itertuples():
         print(f"  seed {r.seed} {r.cefl:>13} vs {r.against:<12} {r.cefl_objective:.6g} <= "
@@ -145,9 +128,8 @@ def main(argv=None) -> int:
             print(f"seed {s}: decentralized never worse than fixed/greedy: "
                   f"{'PASS' if (c['result'] == 'PASS').all() else 'FAIL'} (information)")
 
-    f_png = plot(rounds[rounds["seed"] == seeds[0]], first, out / f"{NAME}.png")
-    common.footer(NAME, t_start, [f_csv, f_sum, f_png])
-    return 0
+    plot(rounds[rounds["seed"] == seeds[0]], first, suite.path(f"{NAME}.png"))
+    return suite.finish()
 
 
 def plot(rounds: pd.DataFrame, first, path):

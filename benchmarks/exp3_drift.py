@@ -28,80 +28,57 @@ Default: the paper network, T = 2, ipopt-enum (measured 10 minutes each, default
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 
 from benchmarks import common
 
 NAME = "exp3_drift"
-REQUIRES = ("ipopt-enum",)
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
-    ap.add_argument("--deltas", default="0,0.1,0.3,1,3")
-    ap.add_argument("--T", type=int, default=None, help="rounds (2; quick 2)")
-    ap.add_argument("--method", default="ipopt-enum")
-    ap.add_argument("--beta-M-scale", type=float, default=1.0,
-                    help="multiply the model size beta_M (bits) by this factor")
-    ap.add_argument("--tag", default=None, help="suffix of the output files of a variant")
-    common.add_net_args(ap)
-    args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    common.quiet()
-    common.seed_everything(args.seed)
-    out = common.out_dir(args)
-    if not common.has_method(args.method):
-        print(f"{NAME}: SKIPPED, method {args.method!r} is not registered")
-        return 0
-    T = args.T or 2
-    net = common.net_kwargs(args)
-    deltas = [float(x) for x in args.deltas.split(",")]
+    suite = common.Suite(NAME, __doc__, net_args=True, sweep=("--deltas", "0,0.1,0.3,1,3"))
+    suite.ap.add_argument("--beta-M-scale", type=float, default=1.0,
+                          help="multiply the model size beta_M (bits) by this factor")
+    suite.ap.add_argument("--tag", default=None, help="suffix of the output files of a variant")
+    args = suite.start(argv)
     if args.beta_M_scale <= 0:
-        ap.error(f"--beta-M-scale must be > 0, got {args.beta_M_scale}")
-    base = common.instance("paper", seed=args.seed, rounds=T, **net)
+        suite.ap.error(f"--beta-M-scale must be > 0, got {args.beta_M_scale}")
+    deltas = [float(x) for x in args.deltas.split(",")]
+    base = common.sweep_instance(args)
     if args.beta_M_scale != 1.0:
         from cefl_opt.system import normalising_weights
         base = base.copy(beta_M=base.beta_M * args.beta_M_scale)
         base = base.copy(**normalising_weights(base))
     tag = args.tag or ("" if args.beta_M_scale == 1.0 else f"bM{args.beta_M_scale:g}")
     stem = f"{NAME}_{tag}" if tag else NAME
-    w = common.weights_of(base)
-    print(f"{NAME}: {base.name}, method {args.method}, fixed weights "
-          + ", ".join(f"{k}={v:.4g}" for k, v in w.items()), flush=True)
+    w = common.print_weights(NAME, base, args.method, "fixed")
 
     def make(d):
         return base.copy(Delta=np.full((base.T, base.N + base.S), d), **w)
 
     df = common.run_sweep(NAME, "Delta", deltas, make, args.method, args.quick)
     df.insert(0, "instance", base.name)
-    df["mean_dA_s"] = df["sum_dA_s"] / T
+    df["mean_dA_s"] = df["sum_dA_s"] / base.T
     df.insert(1, "beta_M_bits", float(base.beta_M))
-    f_csv = common.write_csv(df, out / f"{stem}.csv")
-    common.print_table(df, f"Delta sweep ({args.method})",
-                       ["Delta", "objective", "ml_bound", "delay_s", "energy_J", "sum_dA_s",
-                        "sum_max_ue_upload_s", "sum_max_ue_path_s", "sum_max_dc_path_s",
-                        "mean_f_GHz", "mean_f_GHz_data_weighted", "mean_gamma", "mean_m",
-                        "offload_share", "aggregators", "wall_s"])
+    suite.csv(df, f"{stem}.csv")
+    suite.table(df, f"Delta sweep ({args.method})",
+                ["Delta", "objective", "ml_bound", "delay_s", "energy_J", "sum_dA_s",
+                 "sum_max_ue_upload_s", "sum_max_ue_path_s", "sum_max_dc_path_s",
+                 "mean_f_GHz", "mean_f_GHz_data_weighted", "mean_gamma", "mean_m",
+                 "offload_share", "aggregators", "wall_s"])
     ok = df.dropna(subset=["objective"])
-    checks = [("sum of dA", "sum_dA_s", "down"), ("mean UE f", "mean_f_GHz", "up"),
-              ("data-weighted UE f", "mean_f_GHz_data_weighted", "up")]
-    print("\npaper's direction (more drift -> shorter aggregation, faster UE CPUs):")
-    for label, col, want in checks:
-        tr = common.trend(ok["Delta"], ok[col])
-        print(f"  {label:<20} {'decreases' if want == 'down' else 'increases'} with Delta: "
-              f"{common.verdict(tr, want)}  ({tr['first']:.4g} -> {tr['last']:.4g}, "
-              f"Spearman {tr['spearman']:+.2f})")
+    common.report_trends(ok, "Delta", [
+        ("sum of dA", "sum_dA_s", "down"), ("mean UE f", "mean_f_GHz", "up"),
+        ("data-weighted UE f", "mean_f_GHz_data_weighted", "up")],
+        "paper's direction (more drift -> shorter aggregation, faster UE CPUs):")
     pinned = np.isclose(ok["sum_dA_s"], ok["sum_max_ue_upload_s"], rtol=1e-6)
     if pinned.any():
         print(f"  note: at Delta in {list(ok.loc[pinned, 'Delta'])} the aggregation delay equals the "
               f"slowest UE's gradient upload alone (beta_M/R_nb + beta_M/R_bs): processing is off "
               f"the critical path there, so faster UE CPUs cannot shorten the round")
-    f_png = plot(ok, out / f"{stem}.png", base.name, args.method)
-    common.footer(NAME, t_start, [f_csv, f_png])
-    return 0
+    plot(ok, suite.path(f"{stem}.png"), base.name, args.method)
+    return suite.finish()
 
 
 def plot(df: pd.DataFrame, path, name, method):
@@ -117,10 +94,8 @@ def plot(df: pd.DataFrame, path, name, method):
     for a in ax:
         a.set_xticks(x)
         a.set_xticklabels([f"{d:g}" for d in df["Delta"]])
-        a.set_xlabel("model drift Delta")
-        a.grid(alpha=0.3)
-    fig.suptitle(f"{name}: model drift ({method})")
-    return common.save_fig(fig, path)
+    return common.save_fig(fig, path, title=f"{name}: model drift ({method})",
+                           grid_xlabel="model drift Delta")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ Default: Fashion-MNIST, MLP, the paper network (T = 5), 6 rounds, J = 10, |D~_i|
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -30,7 +28,6 @@ from tqdm import tqdm
 from benchmarks import common
 
 NAME = "exp7_estimation"
-REQUIRES: tuple[str, ...] = ()
 QUANTITIES = ("L", "Theta_max", "Theta_mean", "zeta1", "zeta2")
 
 
@@ -41,7 +38,8 @@ def flat(e: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite(NAME, __doc__, net_args=True)
+    ap = suite.ap
     ap.add_argument("--dataset", default=None, help="fmnist (quick: mnist5k)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--rounds", type=int, default=None, help="estimation rounds (6; quick 3)")
@@ -51,14 +49,10 @@ def main(argv=None) -> int:
     ap.add_argument("--grad-max", type=int, default=None,
                     help="cap on samples per DPU for the zeta gradients (all; quick 300)")
     ap.add_argument("--orchestration", default="greedy-rate",
+                    choices=["none"] + common.method_names(),
                     help="solve method that moves the data, or 'none' (UEs keep all data)")
     ap.add_argument("--model", default="mlp")
-    common.add_net_args(ap)
-    args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    common.quiet()
-    common.seed_everything(args.seed)
-    out = common.out_dir(args)
+    args = suite.start(argv)
     q = args.quick
     dataset = args.dataset or ("mnist5k" if q else "fmnist")
     R = args.rounds or (3 if q else 6)
@@ -74,9 +68,6 @@ def main(argv=None) -> int:
     inst = common.instance("paper", seed=args.seed, rounds=T, **common.net_kwargs(args, reduce_quick=False))
     sol = None
     if args.orchestration != "none":
-        if not common.has_method(args.orchestration):
-            print(f"{NAME}: SKIPPED, method {args.orchestration!r} is not registered")
-            return 0
         res = common.solve_timed(inst, args.orchestration, **common.solve_opts(args.orchestration, q))
         sol = res.solution
         if sol is None:
@@ -110,17 +101,16 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     df.insert(0, "dataset", dataset)
     df.insert(1, "J", J)
-    f_csv = common.write_csv(df, out / f"{NAME}.csv")
-    f_th = common.write_csv(pd.DataFrame(theta_rows), out / f"{NAME}_theta.csv")
-    common.print_table(df, "one-shot vs dynamic estimates (scaled by 1.5) per round",
-                       ["round"] + [f"{k}_{v}" for k in ("L", "Theta_max", "zeta1", "zeta2")
-                                    for v in ("oneshot", "dynamic", "round")])
+    suite.csv(df, f"{NAME}.csv")
+    suite.csv(pd.DataFrame(theta_rows), f"{NAME}_theta.csv")
+    suite.table(df, "one-shot vs dynamic estimates (scaled by 1.5) per round",
+                ["round"] + [f"{k}_{v}" for k in ("L", "Theta_max", "zeta1", "zeta2")
+                             for v in ("oneshot", "dynamic", "round")])
     last = df.iloc[-1]
     print("\ndynamic / one-shot after the last round: " + ", ".join(
         f"{k} x{last[f'{k}_dynamic'] / last[f'{k}_oneshot']:.3g}" for k in QUANTITIES))
-    f_png = plot(df, out / f"{NAME}.png", inst.name, dataset)
-    common.footer(NAME, t_start, [f_csv, f_th, f_png])
-    return 0
+    plot(df, suite.path(f"{NAME}.png"), inst.name, dataset)
+    return suite.finish()
 
 
 def plot(df: pd.DataFrame, path, name, dataset):

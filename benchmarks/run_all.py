@@ -2,19 +2,14 @@
 
     python -m benchmarks.run_all [--quick] [--only exp1,exp3] [--seed 0]
 
-A suite is skipped, with the reason printed, when its module does not exist (experiments 5 and
-6 are ``benchmarks.bench_consensus_gap`` and ``benchmarks.bench_network_size``, written
-separately) or when a solve method it needs is not registered (``REQUIRES`` of the suite
-module, or the methods listed below for the modules that do not declare it). Each suite writes
-its own CSV/PNG files into results/bench/; this script prints a summary table (status, runtime)
+Experiments 5 and 6 are ``benchmarks.bench_consensus_gap`` and
+``benchmarks.bench_network_size``. Each suite writes its own CSV/PNG files into results/bench/; this script prints a summary table (status, runtime)
 and writes it to results/bench/run_all.csv. Exit status 1 when a suite that ran failed.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
-import inspect
 import subprocess
 import sys
 import time
@@ -24,27 +19,23 @@ import pandas as pd
 
 from benchmarks import common
 
-# (key, module, methods it needs when the module does not declare REQUIRES)
 SUITES = [
-    ("exp1", "benchmarks.exp1_energy_delay_to_accuracy", ()),
-    ("exp2", "benchmarks.exp2_floating_aggregator", ("ipopt-enum", "fixed", "greedy-data", "greedy-rate")),
-    ("exp3", "benchmarks.exp3_drift", ("ipopt-enum",)),
-    ("exp4", "benchmarks.exp4_xi1", ("ipopt-enum",)),
-    ("exp5", "benchmarks.bench_consensus_gap", ("decentralized", "centralized-pd")),
-    ("exp6", "benchmarks.bench_network_size", ("decentralized",)),
-    ("exp7", "benchmarks.exp7_estimation", ()),
+    ("exp1", "benchmarks.exp1_energy_delay_to_accuracy"),
+    ("exp2", "benchmarks.exp2_floating_aggregator"),
+    ("exp3", "benchmarks.exp3_drift"),
+    ("exp4", "benchmarks.exp4_xi1"),
+    ("exp5", "benchmarks.bench_consensus_gap"),
+    ("exp6", "benchmarks.bench_network_size"),
+    ("exp7", "benchmarks.exp7_estimation"),
 ]
 
 
-def inspect_suite(module: str, default) -> tuple[tuple[str, ...], bool]:
-    """(the methods the suite needs: its REQUIRES, else ``default``; whether it takes the common
-    options --seed/--out-dir, i.e. builds its command line with ``common.parser``)."""
-    try:
-        mod = importlib.import_module(module)
-        src = inspect.getsource(mod)
-    except Exception:  # noqa: BLE001 - the subprocess will show the real error
-        return tuple(default), False
-    return tuple(getattr(mod, "REQUIRES", default)), "common.parser(" in src
+def takes_common_args(module: str) -> bool:
+    """Whether the suite takes the common options --seed/--out-dir, i.e. builds its command
+    line with ``common.Suite`` (or ``common.parser``)."""
+    spec = importlib.util.find_spec(module)
+    src = Path(spec.origin).read_text() if spec is not None else ""
+    return "common.Suite(" in src or "common.parser(" in src
 
 
 def main(argv=None) -> int:
@@ -58,28 +49,13 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=None, help="seconds per suite (none)")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
-    avail = common.registered_methods()
-    print(f"run_all: registered methods: {', '.join(sorted(avail))}")
     rows = []
     t_all = time.perf_counter()
-    for key, module, default_req in SUITES:
+    for key, module in SUITES:
         if only is not None and key not in only:
             continue
-        if importlib.util.find_spec(module) is None:
-            print(f"\n### {key} ({module}): SKIPPED - module not found (not written yet)")
-            rows.append({"suite": key, "module": module, "status": "skipped",
-                         "reason": "module not found", "runtime_s": 0.0})
-            continue
-        req, common_args = inspect_suite(module, default_req)
-        missing = [m for m in req if m not in avail]
-        if missing:
-            why = f"method(s) not registered: {', '.join(missing)}"
-            print(f"\n### {key} ({module}): SKIPPED - {why}")
-            rows.append({"suite": key, "module": module, "status": "skipped", "reason": why,
-                         "runtime_s": 0.0})
-            continue
         cmd = [sys.executable, "-m", module] + (["--quick"] if args.quick else [])
-        if common_args:
+        if takes_common_args(module):
             if args.seed is not None:
                 cmd += ["--seed", str(args.seed)]
             if args.out_dir is not None:
@@ -91,7 +67,7 @@ def main(argv=None) -> int:
             status = "ok" if rc == 0 else f"failed (exit {rc})"
         except subprocess.TimeoutExpired:
             status = f"failed (timeout {args.timeout:g} s)"
-        rows.append({"suite": key, "module": module, "status": status, "reason": "",
+        rows.append({"suite": key, "module": module, "status": status,
                      "runtime_s": time.perf_counter() - t0})
     df = pd.DataFrame(rows)
     common.write_csv(df, (common.OUT if args.out_dir is None else Path(args.out_dir)) / "run_all.csv")

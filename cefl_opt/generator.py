@@ -20,15 +20,22 @@ Every default number, with where it comes from (SI units):
 | `beta_D, beta_M` | 6272 bit, 4e7 bit | SPEC §1 (the paper's table swaps them) |
 | `Dbar` | N(2000, sqrt(200)) x sub-network concentration | paper §VI (variance 200); concentration c=0.3 moves to the next sub-network each round |
 | ML `eta, mu, Delta` | 0.001, 0.01, 0.3 | paper table |
-| ML `vartheta` (in the bound) | 1.0 | the paper's 0.01 makes the 1/vartheta terms dwarf the rest so that gamma is pinned to its floor; 1 keeps an interior optimum (README) |
-| ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate` fills measured values |
+| ML `vartheta_mode`, `vartheta` | instance default mode; 1.0 | SPEC §3: one vartheta for bound and trainer, `tau_eff` (FedNova's, a function of gamma) or the number `vartheta` (mode `constant`; the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training) |
+| ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate --apply` and `cefl-opt run` put measured values in |
 | `F0 - F*` | 2.3 | ln(10): cross-entropy of an untrained 10-class model, F* >= 0 |
 | `gamma` | [1, 20] | local SGD iterations |
 | `m_floor, z_floor, R_floor` | 0.01, 0.01, 1 Mbit/s | positive floors keep 1/m, 1/z, 1/R finite |
 | weights `xi1, xi2, xi3` | 1 / (part at the reference orchestration) | SPEC §3 |
+| UE-BS links (`reach`) | all links; `reach=k`: the k BSs of highest mean uplink rate | rates stand in for distance (path loss), so these are the k nearest BSs |
+
+Under `reach=k` the draws are those of the full-link instance (same seed, same numbers on the
+present links); the absent links' `R_nb`, `P_nb`, `R_bn` are then set to 0 and the
+communication graph keeps UE-BS edges over present links only. Generation is vectorised
+(1,000 UEs / 100 BSs / 20 DCs in well under a second; README "Scale and MPI").
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -44,6 +51,43 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 MBIT, GBIT = 1e6, 1e9
+# Memory to generate and write one element of a per-round [T][N][B] array (R_nb, P_nb, R_bn):
+# the numpy value and its temporaries, the Python float and list slot of `tolist()` and the
+# JSON text; and per UE-BS pair of the communication graph's construction.
+BYTES_PER_ELEMENT, BYTES_PER_PAIR = 300, 150
+
+
+def memory_estimate(ues: int, bss: int, dcs: int, rounds: int) -> float:
+    """Bytes that generating and saving an instance of this size needs (an estimate)."""
+    per_round = ues * bss + bss * dcs + dcs * dcs + 7 * ues + dcs
+    return float(BYTES_PER_ELEMENT) * rounds * per_round + BYTES_PER_PAIR * ues * bss
+
+
+def check_size(ues: int, bss: int, dcs: int, rounds: int) -> None:
+    """Refuse sizes below one or whose generation cannot fit in this machine's memory,
+    naming the sizes and the estimate."""
+    for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InstanceError(f"'{k}' must be an integer >= 1, got {v!r}")
+    need, have = memory_estimate(ues, bss, dcs, rounds), _physical_memory()
+    if have is not None and need > have:
+        raise InstanceError(f"network of {ues} UEs, {bss} BSs, {dcs} DCs and {rounds} rounds "
+                            f"needs about {_bytes(need)} of memory to generate and write; this "
+                            f"machine has {_bytes(have)}")
+
+
+def _physical_memory() -> float | None:
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def _bytes(x: float) -> str:
+    for unit, k in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if x >= k:
+            return f"{x / k:.3g} {unit}"
+    return f"{x:.3g} bytes"
 
 
 def _normal_clip(rng: np.random.Generator, mean: np.ndarray, sd: np.ndarray, lo: float,
@@ -53,19 +97,24 @@ def _normal_clip(rng: np.random.Generator, mean: np.ndarray, sd: np.ndarray, lo:
 
 def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | None = None,
                   dcs: int | None = None, rounds: int | None = None, seed: int = 0,
-                  concentration: float = 0.3, edge_prob: float = 0.3,
+                  concentration: float = 0.3, edge_prob: float = 0.3, reach: int | None = None,
                   **overrides: Any) -> Instance:
-    """A seeded instance of `preset` with optional size overrides and field overrides."""
+    """A seeded instance of `preset` with optional size overrides and field overrides.
+
+    reach: each UE keeps links to its `reach` nearest BSs only (module docstring); None (the
+    presets' default) or reach >= B keeps every link."""
     if preset not in PRESETS:
         raise InstanceError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
     size = dict(PRESETS[preset])
-    for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds)):
-        if v is not None:
-            if int(v) < 1:
-                raise InstanceError(f"option '--{k}' must be >= 1, got {v}")
-            size[k] = int(v)
+    size.update({k: v for k, v in (("ues", ues), ("bss", bss), ("dcs", dcs), ("rounds", rounds))
+                 if v is not None})
+    check_size(**size)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InstanceError(f"'seed' must be an integer >= 0, got {seed!r}")
+    if reach is not None and (isinstance(reach, bool) or int(reach) != reach or reach < 1):
+        raise InstanceError(f"'reach' must be an integer >= 1, got {reach!r}")
     if not 0.0 <= concentration < 1.0:
-        raise InstanceError(f"option 'concentration' must be in [0, 1), got {concentration}")
+        raise InstanceError(f"'concentration' must be in [0, 1), got {concentration}")
     N, B, S, T = size["ues"], size["bss"], size["dcs"], size["rounds"]
     rng = np.random.default_rng(seed)
 
@@ -111,7 +160,7 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
         P_bs=P_bs, R_sb=R_sb, P_sb=P_sb, R_ss=R_ss, P_ss=P_ss, c=c, alpha=alpha,
         f_min=np.full(N, 1e5), f_max=np.full(N, 2.3e9), M=np.full(S, 700.0),
         C=np.full(S, 5e6), Pbar=np.full(S, 200.0), Theta=np.ones(N + S), sigma=np.ones(N + S),
-        Delta=np.full((T, N + S), 0.3), xi3=np.ones(6), beta_D=beta_D, beta_M=4e7,
+        Delta=np.full((T, N + S), 0.3), xi3_parts=np.ones(6), beta_D=beta_D, beta_M=4e7,
         vartheta=1.0,
         dc_names=[DC_NAMES[s] if s < len(DC_NAMES) else f"DC-{s}" for s in range(S)],
         ue_subnet=ue_sub.tolist(), bs_subnet=bs_sub.tolist(), dc_subnet=dc_sub.tolist(),
@@ -119,50 +168,66 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
         notes={"generator": "cefl_opt.generator.make_instance", "concentration": concentration,
                "hot_subnet_by_round": [int((t + phase) % S) for t in range(T)]},
     )
+    if reach is not None and int(reach) < B:
+        inst.links = nearest_links(R_nb, int(reach))
+        absent = ~inst.link_mask
+        for arr in (inst.R_nb, inst.P_nb):
+            arr[:, absent] = 0.0
+        inst.R_bn[:, absent.T] = 0.0
+        inst.notes["reach"] = int(reach)
     inst.graph_edges = communication_graph_edges(inst, np.random.default_rng([seed, 1]), edge_prob)
     for k, v in overrides.items():
         if not hasattr(inst, k):
             raise InstanceError(f"unknown instance field {k!r}")
         setattr(inst, k, np.asarray(v, float) if isinstance(getattr(inst, k), np.ndarray) else v)
     inst.validate()
-    if not any(k in overrides for k in ("xi1", "xi2", "xi3_total")):
+    if not any(k in overrides for k in ("xi1", "xi2", "xi3", "xi3_total")):
         from .system import normalising_weights
         for k, v in normalising_weights(inst).items():
             setattr(inst, k, float(v))
     return inst
 
 
+def nearest_links(R_nb: np.ndarray, k: int) -> list[list[int]]:
+    """Per UE, the k BSs of highest mean uplink rate (ties by BS index), sorted."""
+    order = np.argsort(-R_nb.mean(axis=0), axis=1, kind="stable")[:, :k]
+    return [sorted(int(b) for b in row) for row in order]
+
+
 def communication_graph_edges(inst: Instance, rng: np.random.Generator,
                               p: float = 0.3) -> list[list[str]]:
     """Appendix "Network graph construction": keep each UE-BS, BS-DC, DC-DC edge with
     probability p, then repair: each UE gets a BS (its best mean uplink), each BS a DC (its best
-    capacity), each DC another DC; finally join components so that the graph is connected."""
+    capacity), each DC another DC; finally join components so that the graph is connected.
+    UE-BS edges exist over present links only (`Instance.links`). Vectorised: the draws are
+    the same stream as one `rng.random()` per candidate edge in (UE, BS), (BS, DC), (DC < DC')
+    order, absent links included, so that `reach` leaves the other edges' draws unchanged."""
     import networkx as nx
+    N, B, S = inst.N, inst.B, inst.S
+    ue_bs = (rng.random((N, B)) < p) & inst.link_mask
+    bs_dc = rng.random((B, S)) < p
+    iu, ju = np.triu_indices(S, 1)
+    dc_dc = rng.random(iu.size) < p
+    mean_up = inst.R_nb.mean(axis=0)          # absent links are 0: never the best
+    lonely = ~ue_bs.any(axis=1)
+    ue_bs[np.flatnonzero(lonely), np.argmax(mean_up[lonely], axis=1)] = True
+    lonely = ~bs_dc.any(axis=1)
+    bs_dc[np.flatnonzero(lonely), np.argmax(inst.Rmax_bs[lonely], axis=1)] = True
+    dd = np.zeros((S, S), bool)
+    dd[iu[dc_dc], ju[dc_dc]] = True
+    dd |= dd.T
+    if S > 1:
+        for s in range(S):  # sequential: an edge added here counts for the later DCs
+            if not dd[s].any():
+                dd[s, (s + 1) % S] = dd[(s + 1) % S, s] = True
     g = nx.Graph()
     g.add_nodes_from(inst.node_names())
-    for n in range(inst.N):
-        for b in range(inst.B):
-            if rng.random() < p:
-                g.add_edge(f"ue{n}", f"bs{b}")
-    for b in range(inst.B):
-        for s in range(inst.S):
-            if rng.random() < p:
-                g.add_edge(f"bs{b}", f"dc{s}")
-    for s in range(inst.S):
-        for s2 in range(s + 1, inst.S):
-            if rng.random() < p:
-                g.add_edge(f"dc{s}", f"dc{s2}")
-    mean_up = inst.R_nb.mean(axis=0)
-    for n in range(inst.N):
-        if not any(v.startswith("bs") for v in g.neighbors(f"ue{n}")):
-            g.add_edge(f"ue{n}", f"bs{int(np.argmax(mean_up[n]))}")
-    for b in range(inst.B):
-        if not any(v.startswith("dc") for v in g.neighbors(f"bs{b}")):
-            g.add_edge(f"bs{b}", f"dc{int(np.argmax(inst.Rmax_bs[b]))}")
-    if inst.S > 1:
-        for s in range(inst.S):
-            if not any(v.startswith("dc") for v in g.neighbors(f"dc{s}")):
-                g.add_edge(f"dc{s}", f"dc{(s + 1) % inst.S}")
+    n_, b_ = np.nonzero(ue_bs)
+    g.add_edges_from((f"ue{n}", f"bs{b}") for n, b in zip(n_.tolist(), b_.tolist()))
+    b_, s_ = np.nonzero(bs_dc)
+    g.add_edges_from((f"bs{b}", f"dc{s}") for b, s in zip(b_.tolist(), s_.tolist()))
+    s_, k_ = np.nonzero(np.triu(dd, 1))
+    g.add_edges_from((f"dc{s}", f"dc{k}") for s, k in zip(s_.tolist(), k_.tolist()))
     comps = [sorted(c) for c in nx.connected_components(g)]
     # join components through their DCs (every component holds one: each BS has a DC)
     for a, b in zip(comps, comps[1:]):

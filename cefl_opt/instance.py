@@ -5,20 +5,26 @@ solvers rescale internally (GHz, Gbit/s, ...); the instance file stays physical.
 """
 from __future__ import annotations
 
-import json
+import itertools
 import math
-import os
-import tempfile
+import numbers
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-FORMAT_TAG = "cefl-instance/1"
+from .io import InputError, read_json, write_json_atomic
+
+# Format 2 names the objective's energy weight xi3 (the paper's xi_3) and its six sub-weights
+# xi3_parts; format 1 called them xi3_total and xi3. Both load; files are written in format 2.
+FORMAT_TAG = "cefl-instance/2"
+FORMAT_1 = "cefl-instance/1"
+FORMAT_1_RENAMES = {"xi3": "xi3_parts", "xi3_total": "xi3"}
 
 
-class InstanceError(ValueError):
+class InstanceError(InputError):
     """A malformed or physically impossible instance; the message names the field and value."""
 
 
@@ -50,7 +56,7 @@ ARRAY_FIELDS: dict[str, tuple[str, str]] = {
     "Theta": ("I", "nonneg"),       # local data variability (Assumption 2)
     "sigma": ("I", "nonneg"),       # data standard deviation sigma~_i
     "Delta": ("TI", "nonneg"),      # model drift per unit time
-    "xi3": ("K6", "nonneg"),        # energy sub-weights xi_{3,1..6}
+    "xi3_parts": ("K6", "nonneg"),  # energy sub-weights xi_{3,1..6} (format 1: 'xi3')
 }
 
 SCALAR_FIELDS: dict[str, str] = {
@@ -58,11 +64,21 @@ SCALAR_FIELDS: dict[str, str] = {
     "eta": "pos", "mu": "nonneg", "vartheta": "pos", "L": "pos",
     "zeta1": "ge1", "zeta2": "nonneg", "F0_minus_Fstar": "nonneg",
     "gamma_min": "ge1", "gamma_max": "ge1", "m_floor": "unit_pos", "z_floor": "unit_pos",
-    "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3_total": "nonneg",
+    "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3": "nonneg",
+}
+
+# name -> allowed values (strings)
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    # SPEC §3: one vartheta for the bound and the trainer: the number `vartheta` used by both
+    # ("constant"), or FedNova's tau_eff = sum_i p_i ||a_i||_1 used by both ("tau_eff")
+    "vartheta_mode": ("constant", "tau_eff"),
 }
 
 META_FIELDS = ("name", "preset", "seed", "dc_names", "ue_subnet", "bs_subnet", "dc_subnet",
-               "ue_labels", "graph_edges", "notes")
+               "ue_labels", "graph_edges", "links", "notes")
+
+# Per-link fields: their entries of an absent UE-BS link (see `Instance.links`) must be 0.
+LINK_FIELDS = {"R_nb": "TNB", "P_nb": "TNB", "R_bn": "TBN"}
 
 
 @dataclass
@@ -92,7 +108,7 @@ class Instance:
     Theta: np.ndarray
     sigma: np.ndarray
     Delta: np.ndarray
-    xi3: np.ndarray
+    xi3_parts: np.ndarray
     beta_D: float = 6272.0
     beta_M: float = 4.0e7
     rho_idle: float = 0.4
@@ -110,7 +126,8 @@ class Instance:
     R_floor: float = 1.0e6
     xi1: float = 1.0
     xi2: float = 1.0
-    xi3_total: float = 1.0
+    xi3: float = 1.0
+    vartheta_mode: str = "tau_eff"
     preset: str = "custom"
     seed: int | None = None
     dc_names: list[str] = field(default_factory=list)
@@ -119,6 +136,9 @@ class Instance:
     dc_subnet: list[int] = field(default_factory=list)
     ue_labels: list = field(default_factory=list)      # [T][N] -> list of label ids held
     graph_edges: list = field(default_factory=list)    # [[u, v], ...] node names "ue0","bs1","dc2"
+    # UE-BS links: links[n] = sorted BS indices UE n can reach; None = every UE reaches every BS.
+    # An absent link has no variables (rho_nb, I_nb, I_bn) and its R_nb, P_nb, R_bn entries are 0.
+    links: list | None = None
     notes: dict = field(default_factory=dict)
 
     # ---- sizes -------------------------------------------------------------------------
@@ -145,14 +165,60 @@ class Instance:
     def dims(self) -> dict[str, int]:
         return {"T": self.T, "N": self.N, "B": self.B, "S": self.S, "I": self.I, "K6": 6}
 
+    # ---- compatibility ---------------------------------------------------------------------
+    @property
+    def xi3_total(self) -> float:
+        """Format 1's name of the energy weight xi3 (kept for old call sites)."""
+        return self.xi3
+
+    @xi3_total.setter
+    def xi3_total(self, value: float) -> None:
+        self.xi3 = value
+
+    # ---- UE-BS links -----------------------------------------------------------------------
+    @property
+    def link_mask(self) -> np.ndarray:
+        """Boolean [N, B]: True where UE n has a link to BS b (all True when `links` is None)."""
+        if self.links is None:
+            return np.ones((self.N, self.B), bool)
+        mask = np.zeros((self.N, self.B), bool)
+        rows = np.repeat(np.arange(len(self.links)), [len(bs) for bs in self.links])
+        mask[rows, np.fromiter(itertools.chain.from_iterable(self.links), int, rows.size)] = True
+        return mask
+
+    def ue_links(self) -> list[list[int]]:
+        """links[n]: the BSs UE n reaches (every BS when `links` is None)."""
+        if self.links is None:
+            return [list(range(self.B)) for _ in range(self.N)]
+        return [sorted(int(b) for b in bs) for bs in self.links]
+
+    def bs_links(self) -> list[list[int]]:
+        """The UEs each BS reaches, in UE order."""
+        out: list[list[int]] = [[] for _ in range(self.B)]
+        for n, bs in enumerate(self.ue_links()):
+            for b in bs:
+                out[b].append(n)
+        return out
+
+    def link_pairs(self) -> list[tuple[int, int]]:
+        """Every present link (n, b), UE-major."""
+        return [(n, b) for n, bs in enumerate(self.ue_links()) for b in bs]
+
     # ---- validation --------------------------------------------------------------------
     def validate(self) -> "Instance":
-        """Check shapes, signs and structure; raise InstanceError naming the field and value."""
+        """Check types, shapes, signs and structure; raise InstanceError naming the field and
+        value. Every entry point of the library (build_problem, solve, evaluate, training,
+        estimation) calls it through :func:`validated`."""
+        for name in ARRAY_FIELDS:
+            _check_array_type(name, getattr(self, name))
         if self.Dbar.ndim != 2 or self.Rmax_bs.ndim != 2:
-            raise InstanceError("field 'Dbar' must be [T][N] and 'Rmax_bs' [B][S]")
+            raise InstanceError(f"field 'Dbar' must be [T][N] and 'Rmax_bs' [B][S]; got shapes "
+                                f"{list(self.Dbar.shape)} and {list(self.Rmax_bs.shape)}")
         d = self.dims()
         if min(d["T"], d["N"], d["B"], d["S"]) < 1:
             raise InstanceError(f"instance needs at least one round, UE, BS and DC; got {d}")
+        self._validate_links()
+        present = self.link_mask
         for name, (shape, kind) in ARRAY_FIELDS.items():
             arr = getattr(self, name)
             want = tuple(d[ch] if ch in d else None for ch in _shape_letters(shape))
@@ -163,16 +229,34 @@ class Instance:
                 bad = _first_bad(arr, ~np.isfinite(arr))
                 raise InstanceError(f"field '{name}' has a non-finite value {bad[1]} at {bad[0]}")
             mask = _kind_violation(arr, kind)
+            if name in LINK_FIELDS:  # only present links must be positive; absent ones are 0
+                on = present if LINK_FIELDS[name] == "TNB" else present.T
+                given = np.broadcast_to(~on, arr.shape) & (arr != 0)
+                if given.any():
+                    idx, val = _first_bad(arr, given)
+                    n, b = (idx[1], idx[2]) if LINK_FIELDS[name] == "TNB" else (idx[2], idx[1])
+                    raise InstanceError(f"field '{name}' has value {val} at index {idx} for an "
+                                        f"absent link (UE {n} - BS {b} is not in 'links'); "
+                                        f"absent links carry 0")
+                mask &= np.broadcast_to(on, arr.shape)
             if mask.any():
                 idx, val = _first_bad(arr, mask)
                 raise InstanceError(f"field '{name}' has invalid value {val} at index {idx} "
                                     f"(must be {_KIND_TEXT[kind]})")
         for name, kind in SCALAR_FIELDS.items():
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-                raise InstanceError(f"field '{name}' must be a finite number, got {v!r}")
+            if (isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real)
+                    or not math.isfinite(float(v))):
+                raise InstanceError(f"field '{name}' must be a finite number, got {_short(v)}")
             if _kind_violation(np.array([float(v)]), kind).any():
                 raise InstanceError(f"field '{name}' has invalid value {v} (must be {_KIND_TEXT[kind]})")
+        if not isinstance(self.name, str):
+            raise InstanceError(f"field 'name' must be a string, got {_short(self.name)}")
+        for name, choices in CHOICE_FIELDS.items():
+            v = getattr(self, name)
+            if v not in choices:
+                raise InstanceError(f"field '{name}' is {_short(v)}, expected one of "
+                                    f"{', '.join(repr(c) for c in choices)}")
         if np.any(self.f_min > self.f_max):
             n = int(np.argmax(self.f_min > self.f_max))
             raise InstanceError(f"field 'f_min' value {self.f_min[n]} exceeds f_max "
@@ -204,11 +288,37 @@ class Instance:
                                or any(not isinstance(r, (list, tuple)) or len(r) != self.N
                                       for r in self.ue_labels)):
             raise InstanceError(f"field 'ue_labels' must be [T][N] = [{self.T}][{self.N}]")
+        names = {x: i for i, x in enumerate(self.node_names())}  # one set lookup per end
         for e in self.graph_edges:
             if (not isinstance(e, (list, tuple)) or len(e) != 2
-                    or any(not _valid_node(x, self) for x in e)):
-                raise InstanceError(f"field 'graph_edges' has an invalid edge {e!r}")
+                    or any(not isinstance(x, str) or x not in names for x in e)):
+                raise InstanceError(f"field 'graph_edges' has an invalid edge {_short(e)}")
+            u, v = sorted(e, key=names.__getitem__)
+            if (u[:2], v[:2]) == ("ue", "bs") and not present[names[u], names[v] - self.N]:
+                raise InstanceError(f"field 'graph_edges' has the edge {list(e)!r} over an absent "
+                                    f"UE-BS link (not in 'links')")
         return self
+
+    def _validate_links(self) -> None:
+        """`links`: None, or one non-empty list of distinct BS indices per UE."""
+        if self.links is None:
+            return
+        if not isinstance(self.links, (list, tuple)) or len(self.links) != self.N:
+            raise InstanceError(f"field 'links' must be a list of {self.N} BS lists (one per UE), "
+                                f"got {_short(self.links)}")
+        for n, bs in enumerate(self.links):
+            if not isinstance(bs, (list, tuple)):
+                raise InstanceError(f"field 'links' entry {n} must be a list of BS indices, "
+                                    f"got {_short(bs)}")
+            if not bs:
+                raise InstanceError(f"field 'links' entry {n}: UE {n} has no link to any BS")
+            bad = [b for b in bs if isinstance(b, bool) or not isinstance(b, int)
+                   or not 0 <= b < self.B]
+            if bad:
+                raise InstanceError(f"field 'links' entry {n} has an invalid BS index {bad[0]!r} "
+                                    f"(expected 0..{self.B - 1})")
+            if len(set(bs)) != len(bs):
+                raise InstanceError(f"field 'links' entry {n} repeats a BS: {_short(bs)}")
 
     def feasibility_problems(self) -> list[str]:
         """Capacity conditions without which Problem P has no feasible point.
@@ -228,8 +338,10 @@ class Instance:
     # ---- derived -----------------------------------------------------------------------
     def ue_bs_e2e_rate(self) -> np.ndarray:
         """End-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs) per (t, n, s): SPEC §8 exp. 2."""
-        inv = 1.0 / self.R_nb[:, :, :, None] + 1.0 / self.Rmax_bs[None, None, :, :]
-        return (1.0 / inv).max(axis=2)
+        R = np.where(self.link_mask[None], self.R_nb, np.inf)[:, :, :, None]  # absent: never
+        inv = 1.0 / R + 1.0 / self.Rmax_bs[None, None, :, :]
+        e2e = np.where(np.isfinite(R), 1.0 / inv, 0.0)
+        return e2e.max(axis=2)
 
     def node_names(self) -> list[str]:
         return ([f"ue{n}" for n in range(self.N)] + [f"bs{b}" for b in range(self.B)]
@@ -249,49 +361,56 @@ class Instance:
         for f in fields(self):
             v = getattr(self, f.name)
             out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
+        if out["links"] is None:  # every link present: the file reads as before `links` existed
+            del out["links"]
         return out
 
     @classmethod
     def from_dict(cls, data: Any, *, validate: bool = True) -> "Instance":
+        """An instance from its JSON object (format 2, or format 1 with its old names). Every
+        array and scalar field is required; booleans are not numbers."""
         if not isinstance(data, dict):
-            raise InstanceError("instance file must hold a JSON object")
+            raise InstanceError(f"an instance must be a JSON object, got {_short(data)}")
         fmt = data.get("format")
-        if fmt != FORMAT_TAG:
-            raise InstanceError(f"field 'format' is {fmt!r}, expected {FORMAT_TAG!r}")
+        if fmt == FORMAT_1:
+            data = {FORMAT_1_RENAMES.get(k, k): v for k, v in data.items()}
+        elif fmt != FORMAT_TAG:
+            raise InstanceError(f"field 'format' is {_short(fmt)}, expected {FORMAT_TAG!r} "
+                                f"(or {FORMAT_1!r})")
+        old = {v: k for k, v in FORMAT_1_RENAMES.items()} if fmt == FORMAT_1 else {}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known - {"format"})
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in instance (known: format, "
-                                f"{', '.join(sorted(known))})")
-        required = set(ARRAY_FIELDS) | {"name"}
-        missing = sorted(required - set(data))
+                                f"{', '.join(sorted(old.get(k, k) for k in known))})")
+        # format 1 predates the choice fields: their defaults apply; format 2 needs them
+        required = ("name", *ARRAY_FIELDS, *SCALAR_FIELDS,
+                    *(CHOICE_FIELDS if fmt == FORMAT_TAG else ()))
+        missing = [k for k in required if k not in data]
         if missing:
-            raise InstanceError(f"field {missing[0]!r} is missing")
+            names = [old.get(k, k) for k in missing]
+            raise InstanceError(f"field {names[0]!r} is missing"
+                                + (f" (also missing: {', '.join(names[1:])})" if names[1:] else ""))
         kw: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
                 continue
-            v = data[f.name]
+            v, label = data[f.name], old.get(f.name, f.name)
             if f.name in ARRAY_FIELDS:
-                try:
-                    arr = np.asarray(v, dtype=float)
-                except (TypeError, ValueError):
-                    raise InstanceError(f"field '{f.name}' is not a numeric array: "
-                                        f"{_short(v)}") from None
-                if arr.dtype == object:
-                    raise InstanceError(f"field '{f.name}' is a ragged array")
-                kw[f.name] = arr
+                kw[f.name] = numeric_array(v, label)
             elif f.name in SCALAR_FIELDS:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise InstanceError(f"field '{f.name}' must be a number, got {_short(v)}")
-                try:
-                    kw[f.name] = float(v)
-                except OverflowError:
-                    raise InstanceError(f"field '{f.name}' value {_short(v)} is too large") from None
+                    raise InstanceError(f"field '{label}' must be a number, got {_short(v)}")
+                kw[f.name] = float(v)
             else:
                 kw[f.name] = v
         inst = cls(**kw)
-        return inst.validate() if validate else inst
+        if validate:
+            try:
+                inst.validate()
+            except InstanceError as e:
+                raise InstanceError(_old_names(str(e), old)) from None
+        return inst
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
@@ -301,11 +420,43 @@ class Instance:
         return cls.from_dict(read_json(path, what="instance"), validate=validate)
 
     def copy(self, **changes: Any) -> "Instance":
+        """A validated copy with fields replaced (format 1's name xi3_total is accepted)."""
+        if "xi3_total" in changes:
+            changes["xi3"] = changes.pop("xi3_total")
         d = self.to_dict()
-        d.pop("format")
         d.update({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in changes.items()})
-        d["format"] = FORMAT_TAG
         return Instance.from_dict(d)
+
+
+def validated(obj: Any) -> Instance:
+    """`obj` if it is a valid Instance; otherwise InstanceError naming the problem. The one
+    check every entry point of the library runs on its instance argument."""
+    if not isinstance(obj, Instance):
+        raise InstanceError(f"expected a cefl_opt.Instance, got {type(obj).__name__} "
+                            f"{_short(obj)}")
+    return obj.validate()
+
+
+def numeric_array(value: Any, name: str) -> np.ndarray:
+    """`value` (nested JSON lists of numbers) as a float array; InstanceError naming `name`
+    for booleans, strings, nulls and ragged nesting."""
+    stack = [(value, ())]
+    while stack:
+        x, idx = stack.pop()
+        if isinstance(x, list):
+            stack.extend((y, idx + (i,)) for i, y in enumerate(x))
+        elif isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise InstanceError(f"field '{name}' has a non-number {_short(x)} at {list(idx)}")
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InstanceError(f"field '{name}' is a ragged array: {_short(value)}") from None
+    return arr
+
+
+def _old_names(msg: str, old: dict[str, str]) -> str:
+    """A validation message of a format 1 file, with the format 1 field names."""
+    return re.sub(r"field '(\w+)'", lambda m: f"field '{old.get(m[1], m[1])}'", msg)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -339,52 +490,12 @@ def _first_bad(arr: np.ndarray, mask: np.ndarray):
     return list(idx), float(arr[idx])
 
 
-def _valid_node(x: Any, inst: Instance) -> bool:
-    if not isinstance(x, str):
-        return False
-    for pre, n in (("ue", inst.N), ("bs", inst.B), ("dc", inst.S)):
-        if x.startswith(pre) and x[2:].isdigit():
-            return int(x[2:]) < n
-    return False
-
-
 def _short(v: Any) -> str:
     s = repr(v)
     return s if len(s) < 60 else s[:57] + "..."
 
 
-def read_json(path: str | Path, *, what: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise InstanceError(f"{what} file '{p}' does not exist")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise InstanceError(f"{what} file '{p}' is not valid JSON: {e.msg} at line {e.lineno} "
-                            f"column {e.colno}") from None
-    except UnicodeDecodeError:
-        raise InstanceError(f"{what} file '{p}' is not UTF-8 text") from None
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temporary file and rename it: never a partly written output."""
-    write_atomic(path, json.dumps(data, indent=1))
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # a unique temporary name in the same folder, removed if anything fails before the rename
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _check_array_type(name: str, arr: Any) -> None:
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
+        raise InstanceError(f"field '{name}' must be a numeric numpy array, got "
+                            f"{type(arr).__name__} {_short(arr)}")

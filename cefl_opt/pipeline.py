@@ -1,14 +1,16 @@
 """`cefl-opt run`: the toolkit's main job (issue 6).
 
-Generate the default `paper` instance, solve P with the decentralised method, the centralised
+Generate the default `paper` instance, measure its ML constants (L, Theta, zeta1, zeta2, sigma:
+`cefl-opt estimate --dynamic` on the run's data set and the instance's partition, computed once and
+cached by the instance's name, seed and data in `--cache-dir`; `--placeholder-constants` skips
+this), solve P with the decentralised method, the centralised
 reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on
 Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a report folder: `report.md` (tables),
-PNG figures, CSVs and every solution file.
+PNG figures, CSVs and every solution file. The command line (argument checks, the report
+folder staged and moved into place only on success) is `cefl_opt.cli.run`.
 """
 from __future__ import annotations
 
-import argparse
-import io
 import time
 from pathlib import Path
 
@@ -16,57 +18,50 @@ import pandas as pd
 
 from . import system
 from .generator import make_instance
-from .instance import InstanceError, write_atomic, write_json_atomic
+from .io import write_atomic, write_csv_atomic, write_json_atomic, write_png_atomic
 
-DEFAULT_METHODS = ("decentralized", "ipopt-enum", "greedy-rate", "greedy-data", "fixed",
-                   "no-offload")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="the main job: instance -> solvers -> training -> report",
-                       description=__doc__)
-    p.add_argument("--out", default="results/run", help="report folder")
-    p.add_argument("--preset", default="paper")
-    p.add_argument("--rounds", type=int, default=3, help="rounds T of the instance")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", default=None,
-                   help="comma-separated solve methods (see `cefl-opt solve --help`); default: "
-                        + ",".join(DEFAULT_METHODS))
-    p.add_argument("--dataset", default="fmnist")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--train-rounds", type=int, default=30, help="training rounds per method")
-    p.add_argument("--targets", default="0.6,0.7,0.8")
-    p.add_argument("--model", default="mlp")
-    p.add_argument("--skip-training", action="store_true")
-    p.set_defaults(func=run_main)
+DEFAULT_METHODS = ("decentralized", "decentralized-polish", "ipopt-enum", "greedy-rate",
+                   "greedy-data", "fixed", "no-offload")
+TRACED = ("decentralized", "decentralized-polish", "centralized-pd")  # write an SCA trace
 
 
-def run_main(args: argparse.Namespace) -> int:
-    from cefl_opt.solvers.base import methods as known_methods, solve
-    out = Path(args.out)
-    avail = known_methods()
-    if args.methods is None:
-        meths = [m for m in DEFAULT_METHODS if m in avail]
-        for m in DEFAULT_METHODS:
-            if m not in avail:
-                print(f"note: method {m!r} is not available in this build; skipped", flush=True)
-    else:
-        meths = [m.strip() for m in args.methods.split(",") if m.strip()]
-    missing = [m for m in meths if m not in avail]
-    if missing:
-        raise InstanceError(f"option '--methods' names unknown method(s) {missing}: "
-                            f"choose from {sorted(avail)}")
-    targets = [float(x) for x in args.targets.split(",")]
-    out.mkdir(parents=True, exist_ok=True)
+def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int = 0,
+                 methods: list[str] | None = None, data=None, dataset: str = "fmnist",
+                 train: bool = True, train_rounds: int = 30, targets: list[float] | None = None,
+                 model: str = "mlp", measure: bool = True,
+                 cache_dir: str | Path = "results/cache") -> Path:
+    """Write the report into the existing folder `out`; return the path of report.md.
+
+    Arguments are assumed checked (``cefl-opt run`` checks them all before calling);
+    `data` is the loaded data set ``(X_train, y_train, X_test, y_test)`` (needed to measure the
+    ML constants, `measure`, and to train, `train`).
+    """
+    from cefl_opt.solvers.base import method_spec, solve
+    meths = list(DEFAULT_METHODS if methods is None else methods)
+    targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
-    inst = make_instance(args.preset, rounds=args.rounds, seed=args.seed)
+    inst = make_instance(preset, rounds=rounds, seed=seed)
+    if measure:
+        from .learning.estimation import apply_estimates, measured_constants
+        print(f"[1/3] measuring the ML constants on {dataset} (dynamic, once per instance "
+              f"and seed; cache {cache_dir}) ...", flush=True)
+        est = measured_constants(inst, data, dataset=dataset, model=model, seed=seed,
+                                 cache_dir=cache_dir, log=lambda m: print("      " + m, flush=True))
+        inst = apply_estimates(inst, est)
+        print(f"      L {inst.L:.4g}, zeta1 {inst.zeta1:.4g}, zeta2 {inst.zeta2:.4g}, Theta max "
+              f"{inst.Theta.max():.4g}, sigma max {inst.sigma.max():.4g}", flush=True)
     inst.save(out / "instance.json")
-    print(f"[1/3] instance {inst.name} -> {out / 'instance.json'}", flush=True)
+    print(f"[1/3] instance {inst.name} ({'measured' if measure else 'placeholder'}"
+          f" ML constants) -> {out / 'instance.json'}", flush=True)
 
     rows, sols = [], {}
     for meth in meths:
         print(f"[2/3] solving P with {meth} ...", flush=True)
-        res = solve(inst, meth, progress=True)
+        names = method_spec(meth).options_class().names()
+        kw = {"progress": True} if "progress" in names else {}
+        if meth in TRACED:
+            kw["trace_path"] = str(out / f"trace_{meth}.csv")
+        res = solve(inst, meth, **kw)
         print("      " + res.summary(), flush=True)
         if res.solution is None:
             rows.append({"method": meth, "status": res.status})
@@ -77,39 +72,53 @@ def run_main(args: argparse.Namespace) -> int:
         rows.append({"method": meth, "status": res.status, "objective": ev.objective,
                      "ml_bound": ev.terms["ml_bound"], "delay_s": ev.terms["delay"],
                      "energy_J": ev.terms["energy"], "wall_s": res.wall_s,
-                     "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds)})
+                     "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds),
+                     **_dec_columns(res.info)})
     solvers = pd.DataFrame(rows)
     if "ipopt-enum" in sols and "objective" in solvers:
         ref = float(solvers.set_index("method").loc["ipopt-enum", "objective"])
         solvers["vs_ipopt_enum"] = solvers["objective"] / ref - 1.0
-    write_atomic(out / "solvers.csv", solvers.to_csv(index=False))
+    write_csv_atomic(solvers, out / "solvers.csv")
     _bar(solvers, out / "solvers.png")
+    if (out / "trace_decentralized.csv").exists():
+        from .plots import plot_sca_trace
+        plot_sca_trace(pd.read_csv(out / "trace_decentralized.csv"), out / "sca_trace.png")
 
     opt = [m for m in meths if m in sols and m != "no-offload"]
     cefl_src = "decentralized" if "decentralized" in sols else (
         min(opt, key=lambda m: solvers.set_index("method").loc[m, "objective"]) if opt else None)
     train_tables = {}
-    if not args.skip_training and cefl_src is not None:
-        from .learning.data import load_dataset
+    if train and data is not None and cefl_src is not None:
         from .learning.trainer import run_training
-        data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
         hist = []
         for method in ("cefl", "fednova", "fedavg"):
-            print(f"[3/3] training {method} on {args.dataset} ({args.train_rounds} rounds) ...",
+            print(f"[3/3] training {method} on {dataset} ({train_rounds} rounds) ...",
                   flush=True)
-            tr = run_training(inst, sols[cefl_src], data, method=method, rounds=args.train_rounds,
-                              model=args.model, seed=args.seed, targets=targets, progress=True)
+            tr = run_training(inst, sols[cefl_src], data, method=method, rounds=train_rounds,
+                              model=model, seed=seed, targets=targets, progress=True)
             h = tr.history.assign(method=method)
             hist.append(h)
             train_tables[method] = tr.targets.assign(method=method)
         hist = pd.concat(hist, ignore_index=True)
-        write_atomic(out / "training.csv", hist.to_csv(index=False))
+        write_csv_atomic(hist, out / "training.csv")
         tt = pd.concat(train_tables.values(), ignore_index=True)
-        write_atomic(out / "targets.csv", tt.to_csv(index=False))
+        write_csv_atomic(tt, out / "targets.csv")
         _curves(hist, out / "accuracy_vs_cost.png")
     _report(out, inst, solvers, cefl_src, train_tables, time.perf_counter() - t0)
-    print(f"report: {out / 'report.md'}")
-    return 0
+    return out / "report.md"
+
+
+def _dec_columns(info: dict) -> dict:
+    """The decentralised methods' accounting (issue 10): stop reason, iterations, the central
+    steps they took and messages per node and outer iteration; empty for other methods."""
+    if "central_steps" not in info:
+        return {}
+    per = info.get("messages", {}).get("per_node_per_outer", {}).get("count", {})
+    return {"stop_reason": info.get("stop_reason"),
+            "outer_iters": info.get("outer_iterations"),
+            "inner_iters": info.get("inner_iterations"),
+            "central_steps": ",".join(info["central_steps"]) or "none",
+            "msgs_per_node_outer_mean": per.get("mean"), "msgs_per_node_outer_max": per.get("max")}
 
 
 def _bar(df: pd.DataFrame, path: Path) -> None:
@@ -125,7 +134,7 @@ def _bar(df: pd.DataFrame, path: Path) -> None:
         a.set_title(lab)
         a.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    _save_png(fig, path)
+    write_png_atomic(fig, path)
     plt.close(fig)
 
 
@@ -144,7 +153,7 @@ def _curves(hist: pd.DataFrame, path: Path) -> None:
         a.grid(alpha=0.3)
         a.legend()
     fig.tight_layout()
-    _save_png(fig, path)
+    write_png_atomic(fig, path)
     plt.close(fig)
 
 
@@ -154,6 +163,13 @@ def _report(out: Path, inst, solvers: pd.DataFrame, cefl_src, train_tables, wall
              f"T={inst.T} rounds. Total wall time {wall:.0f} s.", "",
              "## Problem P by method", "", solvers.to_markdown(index=False), "",
              "![solvers](solvers.png)", ""]
+    if (out / "sca_trace.png").exists():
+        lines += ["## The decentralised solver's SCA trace", "",
+                  "Objective of P's model, scaled violation and step, and the aggregator of every "
+                  "round by outer iteration (`trace_decentralized.csv`). `decentralized` uses "
+                  "node-local computation and neighbour messages only (`central_steps` none); "
+                  "`decentralized-polish` adds the central association repair and Ipopt polish.",
+                  "", "![trace](sca_trace.png)", ""]
     if train_tables:
         lines += [f"## Training (CE-FL uses the `{cefl_src}` orchestration; FedNova/FedAvg: UEs "
                   "only, no offloading, averaged f, m, gamma)", ""]
@@ -162,9 +178,3 @@ def _report(out: Path, inst, solvers: pd.DataFrame, cefl_src, train_tables, wall
     write_atomic(out / "report.md", "\n".join(lines))
     write_json_atomic(out / "summary.json", {"instance": inst.name, "cefl_source": cefl_src,
                                              "wall_s": wall})
-
-
-def _save_png(fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=110, format="png")
-    write_atomic(path, buf.getvalue())

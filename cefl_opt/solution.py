@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .instance import Instance, InstanceError, read_json, write_json_atomic
+from .instance import Instance, InstanceError, numeric_array
+from .io import read_json, write_json_atomic
 
 FORMAT_TAG = "cefl-solution/1"
 
@@ -100,12 +101,11 @@ class Solution:
             for k, (shape, dtype) in ROUND_FIELDS.items():
                 if k not in r:
                     raise InstanceError(f"field 'rounds[{t}].{k}' is missing")
-                try:
-                    arr = np.asarray(r[k], dtype=float)
-                except (TypeError, ValueError):
-                    raise InstanceError(f"field 'rounds[{t}].{k}' is not numeric") from None
+                arr = numeric_array(r[k], f"rounds[{t}].{k}")
                 if not np.all(np.isfinite(arr)):
-                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value")
+                    bad = np.argwhere(~np.isfinite(arr))[0].tolist()
+                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value "
+                                        f"{arr[tuple(bad)]} at {bad}")
                 if dims is not None:
                     want = tuple(dims[ch] for ch in shape)
                     if arr.shape != want:

@@ -13,13 +13,28 @@ from typing import Any
 
 import numpy as np
 
-from .instance import Instance
+from .instance import Instance, validated
 from .solution import RoundDecision, Solution
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
+BOUND_FORMS = ("corollary", "general")  # eq:convSpecial / eq:GenConvBound
 
 
 # ---- per-round physics -----------------------------------------------------------------
+def link_coef(inst: Instance, num, R: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """num / R over the UE-BS links ([N, B], or [B, N] with transpose), +inf on absent links:
+    using an absent link costs an infinite delay and energy (and `evaluate` flags it)."""
+    mask = inst.link_mask.T if transpose else inst.link_mask
+    out = np.full(R.shape, np.inf)
+    np.divide(np.broadcast_to(num, R.shape), R, out=out, where=mask)
+    return out
+
+
+def _use(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """coef * x with 0 where x == 0 (so that an unused absent link, coef = inf, costs 0)."""
+    return np.where(x != 0, coef * np.where(x != 0, x, 1.0), 0.0)
+
+
 def data_split(inst: Instance, t: int, r: RoundDecision) -> dict[str, np.ndarray]:
     """D_n (eq:dataRemainAtDevice), D_b, D_s (eq:DataCollecteatServer) and D."""
     Dbar = inst.Dbar[t]
@@ -39,15 +54,15 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     up, down = np.asarray(r.uplink_bs, int), np.asarray(r.downlink_bs, int)
     n_idx = np.arange(N)
 
-    # transfers
-    dD_nb = bD * inst.Dbar[t][:, None] * r.rho_nb / inst.R_nb[t]
-    dM_nb = bM / inst.R_nb[t]
+    # transfers (per UE-BS link; +inf on absent links, `link_coef`)
+    dD_nb = _use(link_coef(inst, bD * inst.Dbar[t][:, None], inst.R_nb[t]), r.rho_nb)
+    dM_nb = link_coef(inst, bM, inst.R_nb[t])
     dD_bs = bD * D_b[:, None] * r.rho_bs / r.R_bs
     dM_bs = bM / r.R_bs
     dM_ss = bM / inst.R_ss[t]
     np.fill_diagonal(dM_ss, 0.0)  # delta^M_{s,s} = 0
     dM_sb = bM / inst.R_sb[t]
-    dM_bn = bM / inst.R_bn[t]
+    dM_bn = link_coef(inst, bM, inst.R_bn[t], transpose=True)
     dD_s = dD_bs.max(axis=0) + dD_nb.max()  # eq:delayAtDCdataCollect
 
     # processing (delay_proc, energy_proc, eqn: Data Center speed-delay relation-1, energy_server_proc)
@@ -59,7 +74,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
 
     # aggregation (delay_agg, energy_aggregation)
     dA_n = dM_nb[n_idx, up] + dM_bs[up, agg]
-    EA_n = dM_nb[n_idx, up] * inst.P_nb[t][n_idx, up] + dM_bs[up, agg] * inst.P_bs[up, agg]
+    EA_n = (link_coef(inst, bM * inst.P_nb[t], inst.R_nb[t])[n_idx, up]
+            + dM_bs[up, agg] * inst.P_bs[up, agg])
     dA_s = dM_ss[:, agg]
     EA_s = dM_ss[:, agg] * inst.P_ss[:, agg]
     ue_path = dA_n + dP_n
@@ -71,13 +87,14 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     ER_b = dM_sb[agg, :] * inst.P_sb[agg, :]
     Ibn = np.zeros((B, N))
     Ibn[down, n_idx] = 1.0
-    dB_b = (dM_bn * Ibn).max(axis=1)
+    dB_b = np.where(Ibn > 0, dM_bn, 0.0).max(axis=1)
     EB_b = dB_b * inst.P_b[t]
     dR_s = dM_ss[agg, :]
     ER_s = dM_ss[agg, :] * inst.P_ss[agg, :]
     dR = max((dR_b + dB_b).max(), dR_s.max())
 
-    ED_nb = dD_nb * inst.P_nb[t]
+    ED_nb = _use(link_coef(inst, bD * inst.Dbar[t][:, None] * inst.P_nb[t], inst.R_nb[t]),
+                 r.rho_nb)
     ED_bs = dD_bs * inst.P_bs
     E = {
         "E_D_ue": float(ED_nb.sum()), "E_D_bs": float(ED_bs.sum()),
@@ -85,8 +102,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
         "E_A": float(EA_n.sum() + EA_s.sum()),
         "E_R": float(ER_b.sum() + EB_b.sum() + ER_s.sum()),
     }
-    E_weighted = float(np.dot(inst.xi3, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"], E["E_P_dc"],
-                                        E["E_A"], E["E_R"]]))
+    E_weighted = float(np.dot(inst.xi3_parts, [E["E_D_ue"], E["E_D_bs"], E["E_P_ue"],
+                                               E["E_P_dc"], E["E_A"], E["E_R"]]))
     return {
         **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
         "dP_n": dP_n, "EP_n": EP_n, "dP_s": dP_s, "EP_s": EP_s, "dA_n": dA_n, "dA_s": dA_s,
@@ -134,19 +151,97 @@ def gamma_cap(inst: Instance) -> float:
     return lo
 
 
+def data_shares(inst: Instance, D_i: np.ndarray) -> np.ndarray:
+    """[T, I] shares D_i[t] / sum_j D_j[t]. Data is conserved UE -> BS -> DC, so
+    sum_j D_j[t] = sum_n Dbar[t, n] at every feasible point; that constant is the denominator
+    (the Pyomo model uses the same)."""
+    return np.asarray(D_i, float) / inst.Dbar.sum(axis=1)[:, None]
+
+
+def gbar_weighted(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
+    """SPEC §3 (audit resolution): gbar = d sum_t sum_i (D_i[t] / sum_j D_j[t]) gamma[t, i].
+    Equals the paper's sum_t sum_i gamma[t, i] when every DPU holds the same data; a DPU without
+    data has no weight."""
+    return float(gammas.shape[1] * np.sum(data_shares(inst, D_i) * np.asarray(gammas, float)))
+
+
+def bound_vartheta(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
+    """The vartheta of the bound (SPEC §3: one vartheta for bound and trainer).
+    vartheta_mode 'constant': the instance's number (the trainer scales eq:11M by it too).
+    'tau_eff': FedNova's effective step count sum_i p_i ||a_i||_1 (eq:normalGrad's weights at
+    the instance's eta, mu), averaged over the rounds because the bound has one vartheta; the
+    trainer uses each round's own tau_eff."""
+    if inst.vartheta_mode == "constant":
+        return float(inst.vartheta)
+    a1, _ = a_norms(gammas, inst.eta, inst.mu)
+    return float(np.sum(data_shares(inst, D_i) * a1) / gammas.shape[0])
+
+
+def step_condition(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> tuple[float, float]:
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3):
+    (lhs, rhs) of 4 d L^2 g_max (g_max - 1) (2 zeta1^2 + 1) <= gbar T."""
+    d, T = gammas.shape[1], gammas.shape[0]
+    g_max = float(np.max(gammas))
+    lhs = 4.0 * d * inst.L ** 2 * g_max * (g_max - 1.0) * (2.0 * inst.zeta1 ** 2 + 1.0)
+    return lhs, gbar_weighted(inst, gammas, D_i) * T
+
+
+def common_gamma_step_cap(inst: Instance) -> float:
+    """The largest common gamma (equal data everywhere) that the step condition allows:
+    1 + T^2 / (4 L^2 (2 zeta1^2 + 1)), capped at gamma_max."""
+    return min(inst.gamma_max,
+               1.0 + inst.T ** 2 / (4.0 * inst.L ** 2 * (2.0 * inst.zeta1 ** 2 + 1.0)))
+
+
+def enforce_step_condition(inst: Instance, sol: Solution) -> Solution:
+    """Make `sol` meet the step-size condition (in place): if it is violated, shrink every gamma
+    towards gamma_min, gamma <- gamma_min + s (gamma - gamma_min), with the largest s in [0, 1]
+    (bisection) at which it holds. Lower gamma only shortens processing, so every other
+    constraint of P still holds. The solvers' final clip applies it (models.clip_to_bounds)."""
+    if len(sol.rounds) != inst.T:
+        return sol
+    g0 = [(r.gamma_ue.copy(), r.gamma_dc.copy()) for r in sol.rounds]
+    Di = np.array([np.concatenate([d["D_n"], d["D_s"]]) for d in
+                   (data_split(inst, t, r) for t, r in enumerate(sol.rounds))])
+
+    def ok(sc: float) -> bool:
+        gam = np.array([np.concatenate([inst.gamma_min + sc * (gu - inst.gamma_min),
+                                        inst.gamma_min + sc * (gd - inst.gamma_min)])
+                        for gu, gd in g0])
+        lhs, rhs = step_condition(inst, gam, Di)
+        return lhs <= rhs * (1.0 - 1e-12)
+
+    if ok(1.0):
+        return sol
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    for r, (gu, gd) in zip(sol.rounds, g0):
+        r.gamma_ue = inst.gamma_min + lo * (gu - inst.gamma_min)
+        r.gamma_dc = inst.gamma_min + lo * (gd - inst.gamma_min)
+    return sol
+
+
 def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarray,
              D_i: np.ndarray | None = None, bound: str = "corollary") -> dict[str, float]:
     """Objective term (a). gammas, ms, D_i: [T, I] (UEs then DCs); taus: [T] = dA + dR.
 
-    corollary: eq:convSpecial with the tau term before condition (v) (SPEC §3).
+    corollary: eq:convSpecial with the tau term before condition (v), gbar weighted by data and
+    vartheta per the instance's vartheta_mode (SPEC §3, audit resolutions).
     general:   eq:GenConvBound at fixed eta, with (D_i-1)/D_i -> 1 and p_i^2/D_i -> D_i/D^2.
     """
     T, d = gammas.shape
+    if bound not in ("corollary", "general"):
+        raise ValueError(f"unknown bound {bound!r}: expected 'corollary' or 'general'")
+    if D_i is None:
+        raise ValueError(f"bound={bound!r} needs the data split D_i")
     Dl = inst.Delta.sum(axis=1)  # sum_i Delta[t, i]
     th, sg = float(inst.Theta.max()), float(inst.sigma.max())
-    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    L, F0 = inst.L, inst.F0_minus_Fstar
+    vt = bound_vartheta(inst, gammas, D_i)
     if bound == "corollary":
-        gbar = float(gammas.sum())
+        gbar = gbar_weighted(inst, gammas, D_i)
         m_min, g_max = float(ms.min()), float(gammas.max())
         c0 = 4.0 * math.sqrt(gbar) / (vt * math.sqrt(d * T))
         parts = {
@@ -156,9 +251,7 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
             "local": 12.0 * L ** 2 * d * th * sg ** 2 * g_max / (gbar * m_min * T),
             "hetero": 12.0 * L ** 2 * inst.zeta2 * d * g_max ** 2 / (gbar * T),
         }
-    elif bound == "general":
-        if D_i is None:
-            raise ValueError("bound='general' needs the data split D_i")
+    else:
         eta = inst.eta
         a1, a2 = a_norms(gammas, eta, inst.mu)
         Dtot = inst.Dbar.sum(axis=1)[:, None]
@@ -174,8 +267,6 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
             "local": 12.0 * eta ** 2 * L ** 2 / T * float(np.sum(
                 (1 - ms) * th_i * sg_i * gammas * (a2 - 1.0) / (ms * a1 * Dtot))),
         }
-    else:
-        raise ValueError(f"unknown bound {bound!r}: expected 'corollary' or 'general'")
     parts["total"] = float(sum(parts.values()))
     return parts
 
@@ -188,6 +279,9 @@ class Evaluation:
     ml_parts: dict[str, float]
     rounds: list[dict[str, Any]]
     violations: list[tuple[str, float]] = field(default_factory=list)
+    # the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the corollary
+    # form, both sides of the step-size condition (step_lhs <= step_rhs)
+    ml_info: dict[str, float] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
@@ -203,9 +297,10 @@ class Evaluation:
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None) -> Evaluation:
     """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
+    inst = validated(inst)
     if len(sol.rounds) != inst.T:
         raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total, **(weights or {})}
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
     rounds, gam, ms, taus, Di = [], [], [], [], []
     for t, r in enumerate(sol.rounds):
         rt = round_terms(inst, t, r)
@@ -215,18 +310,25 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
         ms.append(np.concatenate([r.m_ue, r.m_dc]))
         taus.append(rt["delay"])
         Di.append(np.concatenate([rt["D_n"], rt["D_s"]]))
-    ml = ml_bound(inst, np.array(gam), np.array(ms), np.array(taus), np.array(Di), bound)
+    gam, Di = np.array(gam), np.array(Di)
+    ms = np.array(ms)
+    ml = ml_bound(inst, gam, ms, np.array(taus), Di, bound)
+    info = {"gbar": gbar_weighted(inst, gam, Di), "vartheta": bound_vartheta(inst, gam, Di),
+            "g_max": float(gam.max()), "m_min": float(ms.min())}
+    if bound == "corollary":
+        info["step_lhs"], info["step_rhs"] = step_condition(inst, gam, Di)
     terms = {"ml_bound": ml["total"], "delay": float(sum(taus)),
              "energy": float(sum(r["energy"] for r in rounds))}
     obj = w["xi1"] * terms["ml_bound"] + w["xi2"] * terms["delay"] + w["xi3"] * terms["energy"]
     return Evaluation(objective=float(obj), terms=terms, ml_parts=ml, rounds=rounds,
-                      violations=constraint_violations(inst, sol, bound=bound))
+                      violations=constraint_violations(inst, sol, bound=bound), ml_info=info)
 
 
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
                           tol: float = FEAS_TOL) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
     Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
+    inst = validated(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 
@@ -236,9 +338,16 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
             idx = np.unravel_index(int(np.argmax(ex)), ex.shape) if ex.ndim else ()
             out.append((f"{name}{list(int(i) for i in idx)}", float(ex.max())))
 
+    absent = ~inst.link_mask
     for t, r in enumerate(sol.rounds):
         p = f"t{t}:"
         chk(p + "rho_nb>=0", -r.rho_nb)
+        if absent.any():  # an absent UE-BS link carries no data and no association
+            chk(p + "rho_nb=0 on absent links", np.where(absent, np.abs(r.rho_nb), 0.0))
+            n_idx = np.arange(inst.N)
+            for nm in ("uplink_bs", "downlink_bs"):
+                chk(p + nm + " on an absent link",
+                    absent[n_idx, np.asarray(getattr(r, nm), int)].astype(float))
         chk(p + "sum_b rho_nb<=1 (rhoUE-BS)", r.rho_nb.sum(axis=1) - 1.0)
         chk(p + "rho_bs>=0", -r.rho_bs)
         chk(p + "sum_s rho_bs=1 (rhoBS-DC)", np.abs(r.rho_bs.sum(axis=1) - 1.0))
@@ -256,18 +365,16 @@ def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "coroll
         chk(p + "R_bs<=Rmax_bs (eqn: BS_capacity)", r.R_bs - inst.Rmax_bs, inst.Rmax_bs)
         chk(p + "sum_b R_bs<=Rmax_s (eqn: Server_capacity)", r.R_bs.sum(axis=0) - inst.Rmax_s,
             inst.Rmax_s)
+    if bound == "corollary" and len(sol.rounds) == inst.T:
+        gam = np.array([np.concatenate([r.gamma_ue, r.gamma_dc]) for r in sol.rounds])
+        Di = np.array([np.concatenate([d["D_n"], d["D_s"]]) for d in
+                       (data_split(inst, t, r) for t, r in enumerate(sol.rounds))])
+        lhs, rhs = step_condition(inst, gam, Di)
+        chk("step size (Theorem 1, corollary eta)", np.array(lhs - rhs), max(rhs, 1e-12))
     return out
 
 
 # ---- reference orchestration and default weights -----------------------------------------
-def best_uplink(inst: Instance, t: int) -> np.ndarray:
-    return np.argmax(inst.R_nb[t], axis=1)
-
-
-def best_downlink(inst: Instance, t: int) -> np.ndarray:
-    return np.argmax(inst.R_bn[t], axis=0)
-
-
 def full_rates(inst: Instance) -> np.ndarray:
     """R_bs at capacity, scaled down per DC so that sum_b R_bs <= Rmax_s (eqn: Server_capacity)."""
     R = inst.Rmax_bs.copy()
@@ -278,7 +385,11 @@ def full_rates(inst: Instance) -> np.ndarray:
 
 def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
     """SPEC §3's reference orchestration: no offloading, fixed aggregator, mid-range f, m, gamma,
-    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations."""
+    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations.
+    gamma is mid-range of [gamma_min, the largest common gamma that the corollary's step-size
+    condition allows] (`common_gamma_step_cap`), so the reference is a feasible point of P."""
+    from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
+    g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
     rounds = []
     for t in range(inst.T):
         rho_bs = np.zeros((inst.B, inst.S))
@@ -288,12 +399,11 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
         rounds.append(RoundDecision(
             rho_nb=np.zeros((inst.N, inst.B)), rho_bs=rho_bs,
             f=0.5 * (inst.f_min + inst.f_max), z=0.5 * inst.C,
-            gamma_ue=np.full(inst.N, 0.5 * (inst.gamma_min + inst.gamma_max)),
-            gamma_dc=np.full(inst.S, 0.5 * (inst.gamma_min + inst.gamma_max)),
+            gamma_ue=np.full(inst.N, g_ref), gamma_dc=np.full(inst.S, g_ref),
             m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
-            aggregator=aggregator, uplink_bs=best_uplink(inst, t),
-            downlink_bs=best_downlink(inst, t), R_bs=full_rates(inst)))
+            aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),
+            downlink_bs=best_rate_downlink(inst, t), R_bs=full_rates(inst)))
     return Solution(rounds=rounds, method="reference", status="feasible")
 
 
@@ -301,4 +411,4 @@ def normalising_weights(inst: Instance) -> dict[str, float]:
     """xi1, xi2, xi3 that make each part of the objective 1 at the reference orchestration."""
     ev = evaluate(inst, reference_solution(inst), weights={"xi1": 1.0, "xi2": 1.0, "xi3": 1.0})
     return {"xi1": 1.0 / ev.terms["ml_bound"], "xi2": 1.0 / ev.terms["delay"],
-            "xi3_total": 1.0 / ev.terms["energy"]}
+            "xi3": 1.0 / ev.terms["energy"]}

@@ -8,8 +8,9 @@ Layout of the model returned by `build_problem`:
   - `blk.convex`: the node's convex set D_d (simplices over its own copies, DC ingress knapsack);
     together with the variable bounds this is what the primal step projects onto;
   - `blk.coupling`: constraints C(w) <= 0 hosted by the node (delays, epigraphs of the maxima,
-    the binary-forcing constraints of the relaxation), written over the host's copies; a
-    variable the host does not hold is read from its owner's copy.
+    and, in the relaxed model, the binary-forcing rows in their own sub-block
+    `blk.coupling.forcing`), written over the host's copies; a variable the host does not hold
+    is read from its owner's copy.
   and an Expression `blk.cost`: the node's (xi3-weighted) energy of all rounds.
 * `m.consensus`: equalities G(w) = 0, copy = owner's copy (paper `eqn: local copy 1`-`2`).
 * `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
@@ -18,8 +19,12 @@ Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[
 on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
 bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
+UE-BS links (`Instance.links`): rho_nb, I_nb, I_bn, every copy of them and every row over them
+are indexed by the present links only (`m._links`); an absent link has no variable at all.
+
 Internal units keep variables O(1): f in GHz, z as the fraction z/C, R_bs in Gbit/s, delays
-in s, energies in J. `cefl_opt.system` is the numpy twin of every expression here.
+in s, energies in J (`models/codec.py`, the one codec between these variables and a Solution).
+`cefl_opt.system` is the numpy twin of every expression here.
 
 Lifting in the compact form (copies=False) only: the data volumes D_b, D_s and the BS->DC gradient
 delays beta_M/R_bs become variables (`bs[b].Dv`, `dc[s].Dv`, `bs[b].gpath`) defined in each
@@ -39,15 +44,14 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyomo.environ as pyo
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import RoundDecision, Solution
-from cefl_opt.system import a_norms, full_rates, gamma_cap
+from cefl_opt.system import BOUND_FORMS, full_rates, gamma_cap
 
-GHZ, GBIT = 1e9, 1e9
-KS = 1e3   # data volumes of the compact form's lifted variables in thousands of samples
+from .codec import GBIT, GHZ, KS
+
 
 BINARY_MODES = ("relaxed", "binary", "fixed")
-BOUND_FORMS = ("corollary", "general")
 
 
 def _globals_for(bound: str) -> tuple[str, ...]:
@@ -71,13 +75,14 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
     J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
     """
+    inst = validated(inst)
     if binaries not in BINARY_MODES:
         raise ValueError(f"option 'binaries' is {binaries!r}: expected one of {BINARY_MODES}")
     if bound not in BOUND_FORMS:
         raise ValueError(f"option 'bound' is {bound!r}: expected one of {BOUND_FORMS}")
     if binaries == "fixed" and fixed is None:
         raise ValueError("binaries='fixed' needs `fixed` (a Solution or a list of RoundDecision)")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3_total}
+    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3}
     for k, v in (weights or {}).items():
         if k not in w:
             raise ValueError(f"unknown weight {k!r}: expected xi1, xi2 or xi3")
@@ -89,6 +94,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     m._inst, m._bound, m._binaries, m._weights = inst, bound, binaries, w
     m._globals = _globals_for(bound)
     m._copies = copies
+    # UE-BS links (Instance.links): rho_nb, I_nb, I_bn and their rows exist on present links only
+    Lu, Lb = inst.ue_links(), inst.bs_links()
+    pairs = inst.link_pairs()                                  # (n, b), UE-major
+    pairs_bn = sorted((b, n) for n, b in pairs)                # (b, n), BS-major
+    m._links = (Lu, Lb, pairs, pairs_bn)
     idom = pyo.Binary if binaries == "binary" else pyo.UnitInterval
     i0 = (lambda k: 0.0) if binaries == "binary" else (lambda k: 1.0 / k)  # binaries start at 0
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
@@ -96,16 +106,17 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     # constants in internal units (seconds, Gbit, GHz)
     bD, bM = inst.beta_D / GBIT, inst.beta_M / GBIT            # Gbit
     Dbar = inst.Dbar
-    dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb       # s per unit rho_nb   [T,N,B]
-    dM_nb = inst.beta_M / inst.R_nb                            # [T,N,B]
+    with np.errstate(divide="ignore"):  # absent links (rate 0) are never read
+        dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb   # s per unit rho_nb   [T,N,B]
+        dM_nb = inst.beta_M / inst.R_nb                        # [T,N,B]
+        dM_bn = inst.beta_M / inst.R_bn                        # [T,B,N]
     dM_ss = inst.beta_M / inst.R_ss
     for t in range(T):
         np.fill_diagonal(dM_ss[t], 0.0)
     dM_sb = inst.beta_M / inst.R_sb                            # [T,S,B]
-    dM_bn = inst.beta_M / inst.R_bn                            # [T,B,N]
     kP = inst.c / GHZ                                          # s*GHz per sample
     kE = inst.c * inst.alpha / 2.0 * GHZ ** 2                  # J per sample per GHz^2
-    xi3 = inst.xi3
+    xi3 = inst.xi3_parts
     R0 = full_rates(inst) / GBIT
     mglob = {"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
              "h_max": (0.0, None)}
@@ -122,9 +133,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                         initialize=inst.f_max[n] / GHZ)
         blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
         blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
-        blk.rho = pyo.Var(m.T, m.B, bounds=(0.0, 1.0), initialize=0.0)          # rho_nb[n, :]
-        blk.Inb = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))
-        blk.Ibn = pyo.Var(m.T, m.B, domain=idom, initialize=i0(B))            # I_bn[:, n]
+        blk.rho = pyo.Var(m.T, Lu[n], bounds=(0.0, 1.0), initialize=0.0)       # rho_nb[n, :]
+        blk.Inb = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))
+        blk.Ibn = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))  # I_bn[:, n]
     for b in m.B:  # owned by BS b
         blk = m.bs[b]
         blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)
@@ -153,7 +164,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         if copies:
             setattr(blk, name, pyo.Var(*index, **var_kw))
         else:
-            keys = itertools.product(*(list(ix) for ix in index))
+            keys = [sum(((x,) if not isinstance(x, tuple) else x for x in k), ())
+                    for k in itertools.product(*(list(ix) for ix in index))]
             setattr(blk, name, pyo.Reference({k if len(k) > 1 else k[0]: target(*k) for k in keys}))
 
     def copy_globals(blk) -> None:
@@ -174,14 +186,15 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         copy_globals(blk)
     for b in m.B:
         blk = m.bs[b]
-        copy(blk, "rho_nb", (m.T, m.N), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
-        copy(blk, "Ibn", (m.T, m.N), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom, initialize=i0(B))
+        copy(blk, "rho_nb", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "Ibn", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom,
+             initialize=lambda v, t, n: i0(len(Lu[n])))
         copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
         copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
         copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
     for s in m.S:
         blk = m.dc[s]
-        copy(blk, "rho_nb", (m.T, m.N, m.B), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        copy(blk, "rho_nb", (m.T, pairs), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
         copy(blk, "rho_bs", (m.T, m.B), lambda t, b, s=s: m.bs[b].rho_bs[t, s], bounds=(0.0, 1.0),
              initialize=1.0 / S)
         copy(blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
@@ -207,18 +220,18 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.convex = pyo.Block()
         blk.coupling = pyo.Block()
         if copies:
-            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) <= 1)
+            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) <= 1)
         else:  # compact form: the kept share as a [0,1] slack, so bounds alone give D_n >= 0
             blk.keep = pyo.Var(m.T, bounds=(0.0, 1.0), initialize=1.0)
             blk.convex.rho_sum = pyo.Constraint(
-                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in m.B) + blk.keep[t] == 1)
-        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in m.B) == 1)
-        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in m.B) == 1)
+                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) + blk.keep[t] == 1)
+        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in Lu[n]) == 1)
+        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in Lu[n]) == 1)
         if copies:
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in m.B)) * Dbar[t, n])
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in Lu[n])) * Dbar[t, n])
         else:
             blk.D = pyo.Expression(m.T, rule=lambda e, t: blk.keep[t] * Dbar[t, n])
         blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
@@ -228,26 +241,27 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             return bM / m.bs[b].R[t, s] if copies else m.bs[b].gpath[t, s]
 
         def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator
-            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
-                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in m.B for s in m.S))
+            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
+                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in Lu[n] for s in m.S))
         blk.dA_n = pyo.Expression(m.T, rule=dA_n)
 
         def EA_n(e, t):
-            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in m.B)
+            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
                     + sum(dM_bs(t, b, s) * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
-                          for b in m.B for s in m.S))
+                          for b in Lu[n] for s in m.S))
         blk.EA_n = pyo.Expression(m.T, rule=EA_n)
         blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
-            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in m.B))
+            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in Lu[n]))
 
         blk.coupling.delay = pyo.Constraint(  # delay_agg_UE_mainpaper
             m.T, rule=lambda c, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
         _dpu_epigraphs(m, blk, bound)
         if binaries == "relaxed":
-            blk.coupling.force_Inb = pyo.Constraint(  # con12add
-                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in m.B) <= 0)
-            blk.coupling.force_Ibn = pyo.Constraint(  # con11add
-                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in m.B) <= 0)
+            fb = blk.coupling.forcing = pyo.Block()
+            fb.force_Inb = pyo.Constraint(  # con12add
+                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in Lu[n]) <= 0)
+            fb.force_Ibn = pyo.Constraint(  # con11add
+                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in Lu[n]) <= 0)
         blk.cost = pyo.Expression(expr=sum(
             xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
 
@@ -260,10 +274,10 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
         if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
         else:  # compact form: lifted data volume and gradient-path delays (module docstring)
             blk.lift = pyo.Block()
-            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in m.N))
+            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
             blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
                 bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
                 initialize=lambda v, t, s: bM / R0[b, s])
@@ -271,7 +285,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                 m.T, m.S, rule=lambda c, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
         blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
         blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
-            m.T, m.N, rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
+            m.T, Lb[b], rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
             m.T, rule=lambda c, t: sum(dM_sb[t, s, b] * blk.Is[t, s] for s in m.S) + blk.dB[t] - blk.dR[t] <= 0)
         blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(blk.dD_bs[t, s] * inst.P_bs[b, s] for s in m.S))
@@ -287,13 +301,13 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
         if copies:
             blk.convex.rho_nb_sum = pyo.Constraint(
-                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in m.B) <= 1)
+                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in Lu[n]) <= 1)
         blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
             m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
 
         if copies:
             blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(
-                blk.rho_nb[t, n, b] * Dbar[t, n] for n in m.N))
+                blk.rho_nb[t, n, b] * Dbar[t, n] for n in Lb[b]))
             blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
         else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
             blk.lift = pyo.Block()
@@ -313,14 +327,15 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
         if copies or s == 0:
             blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
-                m.T, m.N, m.B, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
+                m.T, pairs, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
         blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
             m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
             m.T, rule=lambda c, t: blk.dR_s[t] - blk.dR[t] <= 0)
         _dpu_epigraphs(m, blk, bound)
         if binaries == "relaxed" and s == 0:
-            blk.coupling.force_Is = pyo.Constraint(  # con1add
+            blk.coupling.forcing = pyo.Block()
+            blk.coupling.forcing.force_Is = pyo.Constraint(  # con1add
                 m.T, rule=lambda c, t: sum(blk.Is[t, k] * (1 - blk.Is[t, k]) for k in m.S) <= 0)
         blk.cost = pyo.Expression(expr=sum(
             xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
@@ -339,6 +354,11 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
     # ------------------------------------------------------------------ objective of P
     m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
+    m.gbar = pyo.Expression(expr=inst.I * _weighted_gammas(m, inst))
+    vt = _bound_vartheta(m, inst)
+    m.vartheta_b = vt if isinstance(vt, float) else pyo.Expression(expr=vt)
+    if bound == "corollary":
+        _step_row(m, inst)
     m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
     m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
     m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
@@ -353,12 +373,13 @@ def _consensus(m) -> None:
     """G(w) = 0: every copy equals its owner's variable (paper eqn: local copy 1-2)."""
     cs = m.consensus
     own = m.dc[0]
-    cs.rho_nb_bs = pyo.Constraint(m.T, m.N, m.B, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
-    cs.rho_nb_dc = pyo.Constraint(m.T, m.N, m.B, m.S,
+    _Lu, _Lb, pairs, pairs_bn = m._links  # present UE-BS links only
+    cs.rho_nb_bs = pyo.Constraint(m.T, pairs, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
+    cs.rho_nb_dc = pyo.Constraint(m.T, pairs, m.S,
                                   rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
     cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].rho_bs[t, b] == m.bs[b].rho_bs[t, s])
     cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].R[t, b] == m.bs[b].R[t, s])
-    cs.Ibn_bs = pyo.Constraint(m.T, m.B, m.N, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
+    cs.Ibn_bs = pyo.Constraint(m.T, pairs_bn, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
     own = m.dc[0]
     cs.Is_ue = pyo.Constraint(m.T, m.S, m.N, rule=lambda c, t, s, n: m.ue[n].Is[t, s] == own.Is[t, s])
     cs.Is_bs = pyo.Constraint(m.T, m.S, m.B, rule=lambda c, t, s, b: m.bs[b].Is[t, s] == own.Is[t, s])
@@ -393,16 +414,75 @@ def _dpu_epigraphs(m, blk, bound: str) -> None:
         blk.coupling.h_max_epi = pyo.Constraint(m.T, rule=h)
 
 
+def _weighted_gammas(m, inst: Instance, f=lambda g: g):
+    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (SPEC §3: the bound counts training
+    that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
+
+    Block form: the data volumes are read over dc[0]'s copies (dc[0] hosts the step-size row,
+    which uses the same sum); what dc[0] does not hold (rho_bs[:, s] for s != 0) from its owner
+    bs[b]. Compact form: each DPU's (lifted) data volume `blk.D`, which keeps the objective's
+    Hessian small (module docstring)."""
+    own = m.dc[0]
+    Lu = m._links[0]  # present UE-BS links only
+    out = 0
+    for t in m.T:
+        Dt = float(inst.Dbar[t].sum())
+        for n in m.N:
+            if m._copies:
+                D = (1 - sum(own.rho_nb[t, n, b] for b in Lu[n])) * float(inst.Dbar[t, n])
+            else:
+                D = m.ue[n].D[t]
+            out += D / Dt * f(m.ue[n].gamma[t])
+        for s in m.S:
+            if m._copies:
+                D = sum((own.rho_bs[t, b] if s == 0 else m.bs[b].rho_bs[t, s]) * own.Db[t, b]
+                        for b in m.B)
+            else:
+                D = m.dc[s].D[t]
+            out += D / Dt * f(m.dc[s].gamma[t])
+    return out
+
+
+def _a1(inst: Instance, g):
+    """||a||_1 of eq:normalGrad at the instance's eta, mu (continued to real gamma)."""
+    q = 1.0 - inst.eta * inst.mu
+    return g if q == 1.0 else (1 - q ** g) / (1 - q)
+
+
+def _bound_vartheta(m, inst: Instance):
+    """vartheta of the bound (`system.bound_vartheta`): the instance's number, or the round
+    average of tau_eff = sum_i p_i ||a_i||_1 (SPEC §3: one vartheta for bound and trainer)."""
+    if inst.vartheta_mode == "constant":
+        return float(inst.vartheta)
+    return _weighted_gammas(m, inst, lambda g: _a1(inst, g)) / inst.T
+
+
+def _step_row(m, inst: Instance) -> None:
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3),
+    4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T, divided by d T; a coupling row hosted by
+    dc[0], which owns g_max (`system.step_condition` is its numpy twin)."""
+    T, d = inst.T, inst.I
+    own = m.dc[0]
+    k = 4.0 * inst.L ** 2 * (2.0 * inst.zeta1 ** 2 + 1.0) / T
+    # the sum is written out again rather than read from the named Expression m.gbar: with
+    # m.gbar shared by the objective and this row, the NL writer's defined variables gave ASL
+    # objective gradients that disagree with finite differences (tests/test_decentralized.py)
+    own.coupling.step = pyo.Constraint(
+        expr=k * own.g_max * (own.g_max - 1) - _weighted_gammas(m, inst) <= 0)
+
+
 def _ml_expression(m, inst: Instance, bound: str):
-    """Objective term (a): eq:convSpecial (tau term before condition (v)) or eq:GenConvBound."""
+    """Objective term (a): eq:convSpecial (tau term before condition (v); gbar weighted by data,
+    vartheta per vartheta_mode: SPEC §3 audit resolutions) or eq:GenConvBound."""
     T, d = inst.T, inst.I
     own = m.dc[0]
     drift = sum(m.tau[t] * float(inst.Delta[t].sum()) for t in m.T)
     th, sg = float(inst.Theta.max()), float(inst.sigma.max())
-    L, vt, F0 = inst.L, inst.vartheta, inst.F0_minus_Fstar
+    L, F0 = inst.L, inst.F0_minus_Fstar
+    vt = m.vartheta_b
     dpus = [(blk, i) for i, blk in enumerate(list(m.ue.values()) + list(m.dc.values()))]
     if bound == "corollary":
-        gbar = sum(blk.gamma[t] for blk, _ in dpus for t in m.T)
+        gbar = m.gbar
         c0 = 4.0 * pyo.sqrt(gbar) / (vt * math.sqrt(d * T))
         return (c0 * F0 + c0 * drift
                 + 16.0 * L * vt * th * sg ** 2 / own.m_min * pyo.sqrt(d / T) / pyo.sqrt(gbar)
@@ -447,13 +527,33 @@ def node_variables(blk) -> list:
 
 
 def node_constraints(blk, role: str) -> list:
-    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node), or
-    'lift' (the compact form's definitions of its lifted variables; none with copies)."""
-    if role not in ("convex", "coupling", "lift"):
-        raise ValueError(f"role {role!r}: expected 'convex', 'coupling' or 'lift'")
-    if not hasattr(blk, role):
+    """The node's constraints of `role` 'convex' or 'coupling' (hosted by this node; the
+    binary-forcing rows included), 'forcing' (only those: the sub-block `blk.coupling.forcing`,
+    relaxed model only), or 'lift' (the compact form's definitions of its lifted variables;
+    none with copies)."""
+    if role not in ("convex", "coupling", "forcing", "lift"):
+        raise ValueError(f"role {role!r}: expected 'convex', 'coupling', 'forcing' or 'lift'")
+    holder = (getattr(blk.coupling, "forcing", None) if role == "forcing"
+              else getattr(blk, role, None))
+    if holder is None:
         return []
-    return list(getattr(blk, role).component_data_objects(pyo.Constraint, active=True))
+    return list(holder.component_data_objects(pyo.Constraint, active=True))
+
+
+def is_forcing(con) -> bool:
+    """True for a binary-forcing row sum I (1 - I) <= 0 (paper con1add-con12add)."""
+    holder = con.parent_block()
+    return holder.local_name == "forcing" and holder.parent_block().local_name == "coupling"
+
+
+def constraint_host(con):
+    """The node block hosting constraint `con` (None for a consensus row)."""
+    holder = con.parent_block()
+    if is_forcing(con):
+        holder = holder.parent_block()
+    if holder.local_name == "consensus":
+        return None
+    return holder.parent_block()
 
 
 def consensus_constraints(m) -> list:
@@ -479,14 +579,15 @@ def constraint_nodes(m, con, owner_map: dict[int, str] | None = None) -> set[str
 # ---------------------------------------------------------------------- binaries
 def _binary_vars(m):
     """(var, t, key, kind) for every copy of every binary decision."""
+    Lu, Lb = m._links[:2]
     for n in m.N:
         for t in m.T:
-            for b in m.B:
+            for b in Lu[n]:
                 yield m.ue[n].Inb[t, b], t, (n, b), "Inb"
                 yield m.ue[n].Ibn[t, b], t, (n, b), "Ibn"
     for b in m.B:
         for t in m.T:
-            for n in m.N:
+            for n in Lb[b]:
                 yield m.bs[b].Ibn[t, n], t, (n, b), "Ibn"
     for blk in _node_blocks(m):
         for t in m.T:
@@ -522,113 +623,3 @@ def unfix_binaries(m) -> None:
     for c in getattr(m, "_trivial", []):
         c.activate()
     m._trivial = []
-
-
-# ---------------------------------------------------------------------- load / extract
-def load_solution(m, sol: Solution | Sequence[RoundDecision]) -> None:
-    """Set every variable (all copies, epigraph variables at their tight values) from `sol`."""
-    from cefl_opt import system
-    inst: Instance = m._inst
-    rounds = sol.rounds if isinstance(sol, Solution) else list(sol)
-    gam, ms, hs = [], [], []
-    for t, r in enumerate(rounds):
-        rt = system.round_terms(inst, t, r)
-        for n in m.N:
-            u = m.ue[n]
-            u.f[t].set_value(r.f[n] / GHZ, skip_validation=True)
-            u.m[t].set_value(r.m_ue[n], skip_validation=True)
-            u.gamma[t].set_value(r.gamma_ue[n], skip_validation=True)
-            u.dA[t].set_value(rt["dA"], skip_validation=True)
-            if hasattr(u, "keep"):
-                u.keep[t].set_value(1.0 - float(r.rho_nb[n].sum()), skip_validation=True)
-            for b in m.B:
-                u.rho[t, b].set_value(r.rho_nb[n, b], skip_validation=True)
-                u.Inb[t, b].set_value(float(r.uplink_bs[n] == b), skip_validation=True)
-                u.Ibn[t, b].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
-        for b in m.B:
-            bb = m.bs[b]
-            bb.dA[t].set_value(rt["dA"], skip_validation=True)
-            bb.dR[t].set_value(rt["dR"], skip_validation=True)
-            bb.dB[t].set_value(rt["dB_b"][b], skip_validation=True)
-            for n in m.N:
-                bb.rho_nb[t, n].set_value(r.rho_nb[n, b], skip_validation=True)
-                bb.Ibn[t, n].set_value(float(r.downlink_bs[n] == b), skip_validation=True)
-            for s in m.S:
-                bb.rho_bs[t, s].set_value(r.rho_bs[b, s], skip_validation=True)
-                bb.R[t, s].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
-                if not m._copies:  # lifted variables of the compact form
-                    bb.gpath[t, s].set_value(inst.beta_M / r.R_bs[b, s], skip_validation=True)
-            if not m._copies:
-                bb.Dv[t].set_value(float(r.rho_nb[:, b] @ inst.Dbar[t]) / KS, skip_validation=True)
-        for s in m.S:
-            d = m.dc[s]
-            d.z[t].set_value(r.z[s] / inst.C[s], skip_validation=True)
-            d.gamma[t].set_value(r.gamma_dc[s], skip_validation=True)
-            d.m[t].set_value(r.m_dc[s], skip_validation=True)
-            d.eBS[t].set_value(float(rt["dD_bs"][:, s].max()), skip_validation=True)
-            d.eNB[t].set_value(float(rt["dD_nb"].max()), skip_validation=True)
-            d.dA[t].set_value(rt["dA"], skip_validation=True)
-            d.dR[t].set_value(rt["dR"], skip_validation=True)
-            if not m._copies:
-                d.Dv[t].set_value(float(rt["D_s"][s]) / KS, skip_validation=True)
-            for b in m.B:
-                d.rho_bs[t, b].set_value(r.rho_bs[b, s], skip_validation=True)
-                d.R[t, b].set_value(r.R_bs[b, s] / GBIT, skip_validation=True)
-                for n in m.N:
-                    d.rho_nb[t, n, b].set_value(r.rho_nb[n, b], skip_validation=True)
-        for blk in _node_blocks(m):
-            for s in m.S:
-                blk.Is[t, s].set_value(float(r.aggregator == s), skip_validation=True)
-        gam.append(np.concatenate([r.gamma_ue, r.gamma_dc]))
-        ms.append(np.concatenate([r.m_ue, r.m_dc]))
-    gam, ms = np.array(gam), np.array(ms)
-    a1, _ = a_norms(gam, inst.eta, inst.mu)
-    vals = {"m_min": float(ms.min()), "g_max": float(gam.max()),
-            "h_max": float(np.max(gam ** 2 * (a1 - 1) / a1))}
-    for blk in list(m.ue.values()) + list(m.dc.values()):
-        for g in m._globals:
-            blk._g[g].set_value(vals[g], skip_validation=True)
-
-
-def extract_solution(m, *, method: str = "model", status: str = "unknown") -> Solution:
-    """Read a Solution from the owners' copies; I's are rounded to the largest entry."""
-    inst: Instance = m._inst
-    val = pyo.value
-    rounds = []
-    for t in m.T:
-        rounds.append(RoundDecision(
-            rho_nb=np.array([[val(m.ue[n].rho[t, b]) for b in m.B] for n in m.N]),
-            rho_bs=np.array([[val(m.bs[b].rho_bs[t, s]) for s in m.S] for b in m.B]),
-            f=np.array([val(m.ue[n].f[t]) * GHZ for n in m.N]),
-            z=np.array([val(m.dc[s].z[t]) * inst.C[s] for s in m.S]),
-            gamma_ue=np.array([val(m.ue[n].gamma[t]) for n in m.N]),
-            gamma_dc=np.array([val(m.dc[s].gamma[t]) for s in m.S]),
-            m_ue=np.array([val(m.ue[n].m[t]) for n in m.N]),
-            m_dc=np.array([val(m.dc[s].m[t]) for s in m.S]),
-            aggregator=int(np.argmax([val(m.dc[0].Is[t, s]) for s in m.S])),
-            uplink_bs=np.array([int(np.argmax([val(m.ue[n].Inb[t, b]) for b in m.B])) for n in m.N]),
-            downlink_bs=np.array([int(np.argmax([val(m.ue[n].Ibn[t, b]) for b in m.B])) for n in m.N]),
-            R_bs=np.array([[val(m.bs[b].R[t, s]) * GBIT for s in m.S] for b in m.B]),
-        ))
-    return Solution(rounds=rounds, method=method, status=status)
-
-
-def clip_to_bounds(sol: Solution, inst: Instance, bound: str = "corollary") -> Solution:
-    """Project a solver's point onto the variable boxes and simplices (solver round-off only)."""
-    gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
-    for r in sol.rounds:
-        r.rho_nb = np.clip(r.rho_nb, 0.0, 1.0)
-        tot = r.rho_nb.sum(axis=1, keepdims=True)
-        r.rho_nb = np.where(tot > 1.0, r.rho_nb / np.maximum(tot, 1e-300), r.rho_nb)
-        r.rho_bs = np.clip(r.rho_bs, 0.0, 1.0)
-        r.rho_bs = r.rho_bs / r.rho_bs.sum(axis=1, keepdims=True)
-        r.f = np.clip(r.f, inst.f_min, inst.f_max)
-        r.z = np.clip(r.z, inst.z_floor * inst.C, inst.C)
-        r.gamma_ue = np.clip(r.gamma_ue, inst.gamma_min, gcap)
-        r.gamma_dc = np.clip(r.gamma_dc, inst.gamma_min, gcap)
-        r.m_ue = np.clip(r.m_ue, inst.m_floor, 1.0)
-        r.m_dc = np.clip(r.m_dc, inst.m_floor, 1.0)
-        r.R_bs = np.clip(r.R_bs, inst.R_floor, inst.Rmax_bs)
-        over = r.R_bs.sum(axis=0) / inst.Rmax_s
-        r.R_bs = np.where(over[None, :] > 1.0, r.R_bs / np.maximum(over, 1.0)[None, :], r.R_bs)
-    return sol

@@ -1,13 +1,18 @@
 """Solver interface in the manner of `pyomo.contrib.solver`: termination conditions, solution
-status, a `Results` object and a factory of named methods."""
+status, a `Results` object and a registry of named methods with typed options.
+
+This module imports no method module: `solvers/plugins.py` registers the methods (as Pyomo's
+`plugins.load()`), each with its options class (`solvers/options.py`), and a method's module is
+imported only when it is first run."""
 from __future__ import annotations
 
 import enum
+import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import Solution
 
 
@@ -67,41 +72,118 @@ class Results:
 
 
 MethodFn = Callable[..., Results]
-_REGISTRY: dict[str, tuple[MethodFn, str]] = {}
 
 
-def register(name: str, doc: str) -> Callable[[MethodFn], MethodFn]:
-    def deco(fn: MethodFn) -> MethodFn:
-        _REGISTRY[name] = (fn, doc)
-        return fn
-    return deco
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its function `fn(inst, options) -> Results`, its options class (a
+    `solvers.options.MethodOptions` subclass) and a one-line description. `target` and
+    `options` may be given as "module:attribute" strings, imported on first use, so that listing
+    the methods imports no solver module."""
+
+    name: str
+    target: str | MethodFn
+    options: str | type
+    doc: str
+
+    def function(self) -> MethodFn:
+        return _resolve(self.target)
+
+    def options_class(self) -> type:
+        return _resolve(self.options)
+
+
+def _resolve(ref):
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(name: str, target: str | MethodFn, options: str | type, doc: str) -> MethodSpec:
+    """Register a method under `name` (see `solvers/plugins.py`); re-registering the same
+    target is a no-op, a different one under a taken name an error."""
+    spec = MethodSpec(name, target, options, doc)
+    old = _REGISTRY.get(name)
+    if old is not None and (old.target, old.options) != (target, options):
+        raise ValueError(f"method {name!r} is already registered ({old.target})")
+    _REGISTRY[name] = spec
+    return spec
+
+
+def _load_plugins() -> None:
+    from . import plugins  # the one place that names the method modules
+    plugins.load()
+
+
+def method_spec(name: str) -> MethodSpec:
+    _load_plugins()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r}: choose one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
 
 
 def methods() -> dict[str, str]:
-    _load_all()
-    return {k: v[1] for k, v in sorted(_REGISTRY.items())}
+    """{name: description} of every registered method (imports no solver module)."""
+    _load_plugins()
+    return {k: v.doc for k, v in sorted(_REGISTRY.items())}
 
 
-def _load_all() -> None:
-    from . import centralized, scip  # noqa: F401  (register their methods)
+def options_classes() -> dict[str, type]:
+    """{name: options class} of every registered method."""
+    _load_plugins()
+    return {k: v.options_class() for k, v in sorted(_REGISTRY.items())}
+
+
+def add_method_flags(parser) -> None:
+    """Add the flags of every registered method's options to an argparse parser (or group):
+    `solvers.options.add_option_flags` over `options_classes()`."""
+    from .options import add_option_flags
+    add_option_flags(parser, options_classes())
+
+
+def options_from_namespace(args, method: str | None = None):
+    """The options object of `method` (default `args.method`) from flags added by
+    `add_method_flags`; a flag of another method is an `OptionError`."""
+    from .options import OptionError, options_from_args
+    classes = options_classes()
+    method = method or args.method
+    if method not in classes:
+        raise ValueError(f"unknown method {method!r}: choose one of {sorted(classes)}")
     try:
-        from . import decentralized  # noqa: F401
-    except ImportError as e:  # pragma: no cover - only while the module is absent
-        if "decentralized" not in str(e):
-            raise
+        return options_from_args(method, classes[method], args, classes.values())
+    except OptionError as e:
+        raise type(e)(f"method {method!r}: {e}") from None
 
 
-def solve(inst: Instance, method: str, **options: Any) -> Results:
-    """Run a named method (see `methods()`) on `inst`; options go to that method."""
-    _load_all()
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown method {method!r}: choose one of {sorted(_REGISTRY)}")
+def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Results:
+    """Run a named method (see `methods()`) on `inst`. Options are given as keywords, as an
+    options object of the method's class (`spec.options_class()`), or both (keywords override
+    the object's fields). Unknown keys, values of the wrong type or range, and an options
+    object of another method raise `solvers.options.OptionError` naming the option."""
+    from .options import OptionError, build_options
+    inst = validated(inst)
+    spec = method_spec(method)
+    cls = spec.options_class()
+    try:
+        if options is None:
+            opts = build_options(cls, kw)
+        elif type(options) is cls:
+            opts = options.replace(**kw) if kw else options
+        else:
+            raise OptionError(f"options of type {type(options).__name__} given, method "
+                              f"{method!r} takes {cls.__name__}")
+    except OptionError as e:
+        raise type(e)(f"method {method!r}: {e}") from None
     problems = inst.feasibility_problems()
     if problems:
         return Results(method=method, termination_condition=TerminationCondition.provenInfeasible,
                        solution_status=SolutionStatus.noSolution, info={"reasons": problems})
     t0 = time.perf_counter()
-    res = _REGISTRY[method][0](inst, **options)
+    res = spec.function()(inst, opts)
     res.wall_s = time.perf_counter() - t0
     if res.solution is not None:
         res.solution.method, res.solution.status = method, res.status

@@ -3,8 +3,9 @@ fixed, aggregator enumeration (`ipopt-enum`) and the paper's §VI baselines.
 
 Every baseline fixes its discrete choice (aggregator per round, UE-BS associations, or no
 offloading) and optimises the continuous variables with Ipopt on the same Pyomo model, so that
-comparisons isolate the decision being compared. Associations start from `association_rule` and
-are then repaired by the objective of P (`solvers.repair`, the same step the decentralised
+comparisons isolate the decision being compared. Associations start from
+`cefl_opt.association.association_rule` and are then repaired by the objective of P
+(`association.repair_associations`, the same step the decentralised
 solver takes after rounding) and re-polished (`solve_with_repair`; `assoc_repair=False` turns
 it off).
 """
@@ -19,13 +20,15 @@ import pyomo.environ as pyo
 from pyomo.opt import TerminationCondition as PyoTC
 
 from cefl_opt import system
+from cefl_opt.association import association_rule, repair_associations
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, fix_binaries, load_solution
-from cefl_opt.models.problem import unfix_binaries
+from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fix_binaries,
+                             load_solution, unfix_binaries)
 from cefl_opt.solution import RoundDecision, Solution
 
-from .base import Results, SolutionStatus, SolverError, TerminationCondition, register
-from .repair import repair_associations
+from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
+                      OptionError)
 
 IPOPT_DEFAULTS: dict[str, Any] = {"tol": 1e-8, "max_iter": 3000, "print_level": 0,
                                   "mu_strategy": "adaptive"}
@@ -40,14 +43,6 @@ def _require_cyipopt():
 
 
 # ---------------------------------------------------------------------- discrete choices
-def association_rule(inst: Instance, t: int, aggregator: int) -> tuple[np.ndarray, np.ndarray]:
-    """UE-BS associations: uplink via the BS with the fastest gradient path to the aggregator,
-    min_b beta_M/R_nb + beta_M/Rmax_bs[b, agg]; downlink from the BS with the best R_bn."""
-    up = np.argmin(1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, aggregator], axis=1)
-    down = np.argmax(inst.R_bn[t], axis=0)
-    return up.astype(int), down.astype(int)
-
-
 def decisions_for(inst: Instance, aggregators: Sequence[int],
                   base: Solution | None = None) -> list[RoundDecision]:
     """Round decisions with the given aggregator per round, associations by `association_rule`,
@@ -156,7 +151,7 @@ class FixedNLP:
 def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
                       warm: Solution | None = None, *, repair: bool = True
                       ) -> tuple[Solution | None, TerminationCondition, float | None]:
-    """Ipopt for `decisions`, then (repair=True) the association repair of `solvers.repair` at
+    """Ipopt for `decisions`, then (repair=True) the association repair of `cefl_opt.association` at
     the optimum and, if it moved anything, a second Ipopt solve with the repaired associations.
     The best feasible of the three points is returned."""
     sol, st, obj = nlp.solve(decisions, warm=warm)
@@ -174,7 +169,7 @@ def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
 
 
 def _finish(method: str, inst: Instance, sol: Solution | None, status: TerminationCondition,
-            nlp: FixedNLP, bound: str, weights, info: dict[str, Any] | None = None) -> Results:
+            nlp: FixedNLP, opts: IpoptOptions, info: dict[str, Any] | None = None) -> Results:
     info = dict(info or {})
     info.update(ipopt_solves=nlp.n_solves, ipopt_retries=nlp.retries,
                 association_moves=nlp.association_moves)
@@ -182,7 +177,7 @@ def _finish(method: str, inst: Instance, sol: Solution | None, status: Terminati
         return Results(method=method, termination_condition=status,
                        solution_status=SolutionStatus.noSolution, iterations=nlp.iterations,
                        info=info)
-    ev = system.evaluate(inst, sol, bound=bound, weights=weights)
+    ev = system.evaluate(inst, sol, bound=opts.bound, weights=opts.weights)
     sol.objective, sol.terms = ev.objective, ev.terms
     sol.info.update(info)
     return Results(method=method, termination_condition=status,
@@ -191,15 +186,12 @@ def _finish(method: str, inst: Instance, sol: Solution | None, status: Terminati
 
 
 # ---------------------------------------------------------------------- methods
-@register("ipopt-enum", "Ipopt on P for every aggregator per round (coordinate sweeps), "
-                        "associations by the fastest-path rule, repaired by the objective; best kept")
-def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps: int = 1,
-               starts: int = 1, seed: int = 0, assoc_search: bool | None = None,
-               ipopt_options: dict | None = None, time_limit: float | None = None,
-               progress: bool = False, assoc_repair: bool = True, **_: Any) -> Results:
-    nlp = FixedNLP(inst, bound=bound, weights=weights, ipopt_options=ipopt_options,
-                   time_limit=time_limit)
-    rng = np.random.default_rng(seed)
+def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
+    """`ipopt-enum`: every constant aggregator schedule [s] * T, both greedy rules and
+    `starts - 1` random schedules, each solved as its baseline solves it; coordinate sweeps over
+    each round's aggregator from the best `starts` of them; a final association repair."""
+    nlp = _nlp(inst, opts)
+    rng = np.random.default_rng(opts.seed)
     best: tuple[float, Solution | None, TerminationCondition] = (math.inf, None,
                                                                  TerminationCondition.error)
     trials = []
@@ -207,17 +199,16 @@ def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps
     # start from the best of them, so ipopt-enum is never worse than those baselines
     cands = [[s] * inst.T for s in range(inst.S)]
     cands += [greedy_data_aggregators(inst), greedy_rate_aggregators(inst)]
-    cands += [[int(x) for x in rng.integers(inst.S, size=inst.T)] for _k in range(1, max(1, starts))]
+    cands += [[int(x) for x in rng.integers(inst.S, size=inst.T)] for _k in range(1, opts.starts)]
     scored = []
     for aggs in cands:  # each candidate exactly as its baseline method solves it
-        sol, st, obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=assoc_repair)
+        sol, st, obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=opts.assoc_repair)
         trials.append({"aggregators": list(aggs), "objective": obj})
         if sol is not None:
             scored.append((obj, list(aggs), sol, st))
     scored.sort(key=lambda x: x[0])
-    n_sweep_starts = max(1, starts)
-    for cur_obj, cur, cur_sol, st in scored[:n_sweep_starts]:
-        for _sw in range(max(1, sweeps)):
+    for cur_obj, cur, cur_sol, st in scored[:opts.starts]:
+        for _sw in range(opts.sweeps):
             improved = False
             for t in range(inst.T):
                 for s in range(inst.S):
@@ -225,7 +216,7 @@ def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps
                         continue
                     cand = list(cur)
                     cand[t] = s
-                    if assoc_repair:  # keep the current (repaired) associations
+                    if opts.assoc_repair:  # keep the current (repaired) associations
                         dec = [r.copy() for r in cur_sol.rounds]
                         dec[t].aggregator = s
                     else:
@@ -236,79 +227,48 @@ def ipopt_enum(inst: Instance, *, bound: str = "corollary", weights=None, sweeps
                         cur, cur_obj, cur_sol, st, improved = cand, obj, sol, st2, True
             if not improved:
                 break
-        if assoc_search is None:  # auto: one Ipopt solve per (round, UE); skip on big instances
-            assoc_search = inst.T * inst.N <= 40
-        if assoc_search and cur_sol is not None:
-            cur_sol, cur_obj = _association_search(inst, nlp, cur_sol, cur_obj)
-        if assoc_repair and cur_sol is not None:
+        if opts.assoc_repair and cur_sol is not None:
             sol, st2, obj = solve_with_repair(nlp, cur_sol.rounds, warm=cur_sol)
             if sol is not None and obj < cur_obj:
                 cur_sol, cur_obj, st = sol, obj, st2
         if cur_obj < best[0]:
             best = (cur_obj, cur_sol, st)
-    return _finish("ipopt-enum", inst, best[1], best[2], nlp, bound, weights,
+    return _finish("ipopt-enum", inst, best[1], best[2], nlp, opts,
                    {"trials": len(trials),
                     "failed_trials": sum(tr["objective"] is None for tr in trials),
                     "aggregators": best[1] and
                     [r.aggregator for r in best[1].rounds]})
 
 
-def _association_search(inst: Instance, nlp: FixedNLP, sol: Solution, obj: float
-                        ) -> tuple[Solution, float]:
-    """One pass of local search: move each UE's uplink to its second-fastest path BS."""
-    if inst.B < 2:
-        return sol, obj
-    for t in range(inst.T):
-        agg = sol.rounds[t].aggregator
-        cost = 1.0 / inst.R_nb[t] + 1.0 / inst.Rmax_bs[None, :, agg]
-        for n in range(inst.N):
-            order = np.argsort(cost[n])
-            alt = int(order[1]) if int(order[0]) == sol.rounds[t].uplink_bs[n] else int(order[0])
-            dec = [r.copy() for r in sol.rounds]
-            dec[t].uplink_bs = dec[t].uplink_bs.copy()
-            dec[t].uplink_bs[n] = alt
-            cand, _st, cobj = nlp.solve(dec, warm=sol)
-            if cand is not None and cobj < obj - 1e-12:
-                sol, obj = cand, cobj
-    return sol, obj
+def _nlp(inst: Instance, opts: IpoptOptions, *, no_offload: bool = False) -> FixedNLP:
+    return FixedNLP(inst, bound=opts.bound, weights=opts.weights, no_offload=no_offload,
+                    ipopt_options=opts.ipopt_options, time_limit=opts.time_limit)
 
 
-def _fixed_choice(method: str, inst: Instance, aggs: Sequence[int], *, bound: str = "corollary",
-                  weights=None, no_offload: bool = False, ipopt_options=None,
-                  time_limit=None, info=None, assoc_repair: bool = True) -> Results:
-    nlp = FixedNLP(inst, bound=bound, weights=weights, no_offload=no_offload,
-                   ipopt_options=ipopt_options, time_limit=time_limit)
-    sol, st, _obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=assoc_repair)
-    return _finish(method, inst, sol, st, nlp, bound, weights,
-                   {"aggregators": list(map(int, aggs)), **(info or {})})
+def _fixed_choice(method: str, inst: Instance, aggs: Sequence[int], opts: IpoptOptions, *,
+                  no_offload: bool = False) -> Results:
+    nlp = _nlp(inst, opts, no_offload=no_offload)
+    sol, st, _obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=opts.assoc_repair)
+    return _finish(method, inst, sol, st, nlp, opts, {"aggregators": list(map(int, aggs))})
 
 
-@register("fixed", "aggregator s in every round (--aggregator s), Ipopt on the rest")
-def fixed_aggregator(inst: Instance, *, aggregator: int = 0, **kw: Any) -> Results:
-    if not 0 <= int(aggregator) < inst.S:
-        raise ValueError(f"option '--aggregator' value {aggregator} is not a DC index 0..{inst.S - 1}")
-    return _fixed_choice("fixed", inst, [int(aggregator)] * inst.T, **_nlp_kw(kw))
+def fixed_aggregator(inst: Instance, opts: FixedOptions) -> Results:
+    if opts.aggregator >= inst.S:
+        raise OptionError(f"method 'fixed': option 'aggregator' is {opts.aggregator}, not a DC "
+                          f"index 0..{inst.S - 1}")
+    return _fixed_choice("fixed", inst, [opts.aggregator] * inst.T, opts)
 
 
-@register("greedy-data", "per round the DC whose sub-network holds most data, Ipopt on the rest")
-def greedy_data(inst: Instance, **kw: Any) -> Results:
-    return _fixed_choice("greedy-data", inst, greedy_data_aggregators(inst), **_nlp_kw(kw))
+def greedy_data(inst: Instance, opts: GreedyOptions) -> Results:
+    return _fixed_choice("greedy-data", inst, greedy_data_aggregators(inst), opts)
 
 
-@register("greedy-rate", "per round the DC with the highest mean end-to-end rate, Ipopt on the rest")
-def greedy_rate(inst: Instance, **kw: Any) -> Results:
-    return _fixed_choice("greedy-rate", inst, greedy_rate_aggregators(inst), **_nlp_kw(kw))
+def greedy_rate(inst: Instance, opts: GreedyOptions) -> Results:
+    return _fixed_choice("greedy-rate", inst, greedy_rate_aggregators(inst), opts)
 
 
-@register("no-offload", "conventional FL: no data leaves the UEs (aggregator by greedy-rate)")
-def no_offload(inst: Instance, **kw: Any) -> Results:
-    return _fixed_choice("no-offload", inst, greedy_rate_aggregators(inst), no_offload=True,
-                         **_nlp_kw(kw))
-
-
-def _nlp_kw(kw: dict[str, Any]) -> dict[str, Any]:
-    keep = ("bound", "weights", "ipopt_options", "time_limit", "assoc_repair")
-    return {k: kw[k] for k in keep if k in kw}
+def no_offload(inst: Instance, opts: NoOffloadOptions) -> Results:
+    return _fixed_choice("no-offload", inst, greedy_rate_aggregators(inst), opts, no_offload=True)
 
 
 # ---------------------------------------------------------------------- exhaustive reference
@@ -316,12 +276,13 @@ def all_binary_choices(inst: Instance):
     """Every (aggregator, uplink, downlink) choice of every round: the brute-force reference on
     tiny instances. Yields lists of round decisions (continuous parts from the reference)."""
     ref = system.reference_solution(inst)
+    links = inst.ue_links()  # present UE-BS links only
     per_round = []
     for t in range(inst.T):
         opts = []
         for s in range(inst.S):
-            for up in itertools.product(range(inst.B), repeat=inst.N):
-                for down in itertools.product(range(inst.B), repeat=inst.N):
+            for up in itertools.product(*links):
+                for down in itertools.product(*links):
                     r = ref.rounds[t].copy()
                     r.aggregator, r.uplink_bs, r.downlink_bs = s, np.array(up), np.array(down)
                     opts.append(r)
@@ -333,7 +294,7 @@ def all_binary_choices(inst: Instance):
 def exhaustive(inst: Instance, *, bound: str = "corollary", weights=None,
                max_choices: int = 5000) -> tuple[float, Solution | None, int]:
     """Best Ipopt objective over all binary choices (brute force; tiny instances only)."""
-    count = ((inst.S * inst.B ** (2 * inst.N)) ** inst.T)
+    count = (inst.S * math.prod(len(bs) for bs in inst.ue_links()) ** 2) ** inst.T
     if count > max_choices:
         raise ValueError(f"exhaustive enumeration would need {count} Ipopt solves (> {max_choices})")
     nlp = FixedNLP(inst, bound=bound, weights=weights)

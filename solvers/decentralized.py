@@ -56,7 +56,7 @@ from cefl_opt.solution import Solution
 
 from .dec_comm import LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
-from .sca import DecStructure, Linearisation, build_structure, run_sca
+from .sca import DecStructure, Linearisation, build_structure, run_sca, take
 
 METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
@@ -119,11 +119,12 @@ def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
     lo, hi = st.lo.copy(), st.hi.copy()
     for key in ("Is", "Inb", "Ibn"):
         ix = st.idx[key]
-        vals = x[ix]
+        vals = take(x, ix, -np.inf)  # absent UE-BS links (index -1) are never chosen
         hot = np.zeros_like(vals)
         np.put_along_axis(hot, np.argmax(vals, axis=-1)[..., None], 1.0, axis=-1)
-        flat = ix.ravel()
-        u[flat] = hot.ravel() / st.scale[flat]
+        flat, hot = ix.ravel(), hot.ravel()
+        hot, flat = hot[flat >= 0], flat[flat >= 0]
+        u[flat] = hot / st.scale[flat]
         lo[flat] = hi[flat] = u[flat]
     st.set_bounds(lo, hi)
     return u
@@ -296,38 +297,33 @@ def write_trace(path: str | Path, rows: list[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------------- solver registry
-def register_methods() -> None:
-    """Register `decentralized`, `decentralized-polish` and `centralized-pd` with
-    `solvers.base` (idempotent; also done on import of this module)."""
-    from .base import Results, SolutionStatus, TerminationCondition, register
-
-    def make(name: str):
-        def run(inst: Instance, *, consensus_rounds: int = 0, max_outer: int | None = None,
-                bound: str = "corollary", constants=None, seed: int = 0, init: str = "relaxed",
-                trace: str | None = None, trace_path: str | None = None, progress: bool = False,
-                ipopt_options: dict | None = None, **_: Any) -> Results:
-            sol, info = solve_decentralized(
-                inst, method=name, consensus_rounds=consensus_rounds, max_outer=max_outer,
-                bound=bound, constants=constants, seed=seed, init=init,
-                trace_path=trace_path or trace, progress=progress, ipopt_options=ipopt_options)
-            info = {k_: v for k_, v in info.items() if k_ != "trace"}
-            tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
-                  else TerminationCondition.iterationLimit)
-            return Results(method=name, termination_condition=tc,
-                           solution_status=SolutionStatus.feasible if info["feasible"]
-                           else SolutionStatus.infeasible,
-                           solution=sol, objective=sol.objective, wall_s=info["wall_s"],
-                           iterations=info["outer_iterations"], info=info)
-        return run
-
-    register("decentralized", "paper §V, decentralised: SCA + accelerated primal-dual per node, "
-                              "neighbour messages only (relayed), binaries by a forcing penalty, "
-                              "then a finishing SCA with the binaries fixed")(make("decentralized"))
-    register("decentralized-polish", "decentralized's relaxed phase and rounding, then the central "
-                                     "association repair and an Ipopt polish"
-             )(make("decentralized-polish"))
-    register("centralized-pd", "the decentralized iteration on global arrays (exact global "
-                               "primal-dual updates, no messages)")(make("centralized-pd"))
+def run_method(inst: Instance, opts, name: str):
+    """`solve(inst, name, ...)` for name in METHODS: `opts` (a
+    `solvers.options.DecentralizedOptions`) mapped onto `solve_decentralized`; registered in
+    `solvers/plugins.py`."""
+    from .base import Results, SolutionStatus, TerminationCondition
+    sol, info = solve_decentralized(
+        inst, method=name, consensus_rounds=opts.consensus_rounds, max_outer=opts.max_outer,
+        bound=opts.bound, constants=resolve_constants(opts.constant_overrides()), seed=opts.seed,
+        init=opts.init, trace_path=opts.trace_path, progress=opts.progress,
+        ipopt_options=opts.ipopt_options)
+    info = {k_: v for k_, v in info.items() if k_ != "trace"}
+    tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
+          else TerminationCondition.iterationLimit)
+    return Results(method=name, termination_condition=tc,
+                   solution_status=SolutionStatus.feasible if info["feasible"]
+                   else SolutionStatus.infeasible,
+                   solution=sol, objective=sol.objective, wall_s=info["wall_s"],
+                   iterations=info["outer_iterations"], info=info)
 
 
-register_methods()
+def run_decentralized(inst: Instance, opts):
+    return run_method(inst, opts, "decentralized")
+
+
+def run_decentralized_polish(inst: Instance, opts):
+    return run_method(inst, opts, "decentralized-polish")
+
+
+def run_centralized_pd(inst: Instance, opts):
+    return run_method(inst, opts, "centralized-pd")

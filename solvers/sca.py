@@ -41,11 +41,12 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import build_problem, load_solution, node_blocks, node_variables
-from cefl_opt.solution import RoundDecision, Solution
+from cefl_opt.models import (VariableIndex, build_problem, is_forcing, load_solution, node_blocks,
+                             node_variables)
+from cefl_opt.models.codec import rounds_from_values, take
+from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
 
-GHZ, GBIT = 1e9, 1e9
 _SCALE_FLOOR = 1e-2
 
 
@@ -85,6 +86,8 @@ class NodeProvider:
         self.nlp = PyomoNLP(sub)
         # the NL writer puts nonlinear rows first: keep PyomoNLP's order
         self.row_names = [rows[c.index() - 1].name for c in self.nlp.get_pyomo_constraints()]
+        self.forcing = np.array([is_forcing(rows[c.index() - 1])
+                                 for c in self.nlp.get_pyomo_constraints()], dtype=bool)
         self.comp = np.array([comp_of_var[id(v)] for v in self.nlp.get_pyomo_variables()],
                              dtype=np.int64)
         lb, ub = np.asarray(self.nlp.constraints_lb()), np.asarray(self.nlp.constraints_ub())
@@ -270,25 +273,15 @@ class DecStructure:
     def decisions(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """Indicator values {'Is': [T,S], 'Inb': [T,N,B], 'Ibn': [T,N,B]} (shared variables)."""
         x = self.x_of(u)
-        return {k: x[self.idx[k]] for k in ("Is", "Inb", "Ibn")}
+        return {k: take(x, self.idx[k], -np.inf) for k in ("Is", "Inb", "Ibn")}
 
     def to_solution(self, u: np.ndarray, *, method: str, status: str = "relaxed") -> Solution:
-        """The shared variables as a Solution; indicators rounded to the largest entry."""
-        inst = self.inst
+        """The shared variables as a Solution (the codec's units); indicators rounded to the
+        largest entry (`cefl_opt.association.round_associations`)."""
         x = self.x_of(u)
         ix = self.idx
-        dec = self.decisions(u)
-        rounds = []
-        for t in range(inst.T):
-            rounds.append(RoundDecision(
-                rho_nb=x[ix["rho_nb"][t]].copy(), rho_bs=x[ix["rho_bs"][t]].copy(),
-                f=x[ix["f"][t]] * GHZ, z=x[ix["z"][t]] * inst.C,
-                gamma_ue=x[ix["gamma_ue"][t]].copy(), gamma_dc=x[ix["gamma_dc"][t]].copy(),
-                m_ue=x[ix["m_ue"][t]].copy(), m_dc=x[ix["m_dc"][t]].copy(),
-                aggregator=int(np.argmax(dec["Is"][t])),
-                uplink_bs=np.argmax(dec["Inb"][t], axis=1).astype(int),
-                downlink_bs=np.argmax(dec["Ibn"][t], axis=1).astype(int),
-                R_bs=x[ix["R_bs"][t]] * GBIT))
+        rounds = rounds_from_values(self.inst, lambda k, t: take(x, ix[k][t], 0.0),
+                                    lambda k, t: take(x, ix[k][t], -np.inf))
         return Solution(rounds=rounds, method=method, status=status)
 
 
@@ -316,13 +309,15 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     blocks = node_blocks(m)
     names = list(blocks)
     if relax_init:
-        for blk in blocks.values():
+        n_links = [len(bs) for bs in inst.ue_links()]  # UE n's BSs (Instance.links)
+        for name, blk in blocks.items():
             for v in blk.Is.values():
                 v.set_value(1.0 / inst.S, skip_validation=True)
             for comp in ("Inb", "Ibn"):
                 if hasattr(blk, comp):
-                    for v in getattr(blk, comp).values():
-                        v.set_value((1.0 - assoc_bias) / inst.B + assoc_bias * float(v.value),
+                    for key, v in getattr(blk, comp).items():
+                        n = blk.index() if name.startswith("ue") else key[1]
+                        v.set_value((1.0 - assoc_bias) / n_links[n] + assoc_bias * float(v.value),
                                     skip_validation=True)
     # ---- every node's variables (its own and its copies)
     variables, node_of = [], []
@@ -453,7 +448,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     row_norm = np.where(nrm > 1e-10, nrm, 1.0)
     row_names = [nm for pv in providers for nm in pv.row_names]
     row_host = np.repeat(np.arange(len(providers)), K_rows)
-    force = np.array([i for i, nm in enumerate(row_names) if ".force_" in nm], dtype=int)
+    force = np.flatnonzero(np.concatenate([pv.forcing for pv in providers]))
     st = DecStructure(
         inst=inst, bound=bound, model=m, node_names=names, providers=providers, n=n,
         primary=primary, scale=scale, lo=ulo, hi=uhi, groups=groups, in_group=in_group >= 0,
@@ -468,30 +463,9 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
 
 def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
     """Shared-variable indices of every field of a RoundDecision (per round) and of the
-    indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B])."""
-    inst = m._inst
-    T, N, B, S = inst.T, inst.N, inst.B, inst.S
-    ix = lambda v: comp_of_var[id(v)]  # noqa: E731
-    out: dict[str, Any] = {k: [] for k in ("rho_nb", "rho_bs", "f", "z", "gamma_ue", "gamma_dc",
-                                           "m_ue", "m_dc", "R_bs")}
-    for t in range(T):
-        out["rho_nb"].append(np.array([[ix(m.ue[n].rho[t, b]) for b in range(B)]
-                                       for n in range(N)]))
-        out["rho_bs"].append(np.array([[ix(m.bs[b].rho_bs[t, s]) for s in range(S)]
-                                       for b in range(B)]))
-        out["f"].append(np.array([ix(m.ue[n].f[t]) for n in range(N)]))
-        out["z"].append(np.array([ix(m.dc[s].z[t]) for s in range(S)]))
-        out["gamma_ue"].append(np.array([ix(m.ue[n].gamma[t]) for n in range(N)]))
-        out["gamma_dc"].append(np.array([ix(m.dc[s].gamma[t]) for s in range(S)]))
-        out["m_ue"].append(np.array([ix(m.ue[n].m[t]) for n in range(N)]))
-        out["m_dc"].append(np.array([ix(m.dc[s].m[t]) for s in range(S)]))
-        out["R_bs"].append(np.array([[ix(m.bs[b].R[t, s]) for s in range(S)] for b in range(B)]))
-    out["Is"] = np.array([[ix(m.dc[0].Is[t, s]) for s in range(S)] for t in range(T)])
-    out["Inb"] = np.array([[[ix(m.ue[n].Inb[t, b]) for b in range(B)] for n in range(N)]
-                           for t in range(T)])
-    out["Ibn"] = np.array([[[ix(m.ue[n].Ibn[t, b]) for b in range(B)] for n in range(N)]
-                           for t in range(T)])
-    return out
+    indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B]): the codec's `VariableIndex`."""
+    vi = VariableIndex.build(m, comp_of_var)
+    return {**vi.fields, **{k: np.array(v) for k, v in vi.indicators.items()}}
 
 
 # ------------------------------------------------------------------------------ Alg. 1

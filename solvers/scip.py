@@ -4,8 +4,6 @@ optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
 import math
-from typing import Any
-
 import pyomo.environ as pyo
 from pyomo.opt import TerminationCondition as PyoTC
 
@@ -13,14 +11,13 @@ from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, load_solution
 
-from .base import Results, SolutionStatus, SolverError, TerminationCondition, register
+from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .options import ScipOptions
 
 
-@register("scip", "SCIP global MINLP on the binary model: incumbent and proven lower bound")
-def solve_scip(inst: Instance, *, bound: str = "corollary", weights=None,
-               time_limit: float | None = 60.0, gap: float = 1e-6, threads: int = 1,
-               seed: int = 0, warm: bool = True, scip_options: dict | None = None,
-               **_: Any) -> Results:
+def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
+    """`scip`: SCIP on the binary form of P with a valid box on the delay variables."""
+    bound, weights = opts.bound, opts.weights
     solver = pyo.SolverFactory("scip_direct")
     if not solver.available(exception_flag=False):
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
@@ -33,17 +30,17 @@ def solve_scip(inst: Instance, *, bound: str = "corollary", weights=None,
     cap = j_ref / xi2 if xi2 > 0 else None
     m = build_problem(inst, binaries="binary", bound=bound, weights=weights, copies=False,
                       delay_cap=cap)
-    if warm:  # the reference orchestration as a starting point for SCIP's heuristics
+    if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, ref)
-    opts = {"limits/gap": float(gap), "randomization/randomseedshift": int(seed),
-            "numerics/feastol": 1e-7}
-    if time_limit is not None:
-        opts["limits/time"] = float(time_limit)
-    if threads and threads > 1:
-        opts["parallel/maxnthreads"] = int(threads)
-    opts.update(scip_options or {})
+    params = {"limits/gap": opts.gap, "randomization/randomseedshift": opts.seed,
+              "numerics/feastol": 1e-7}
+    if opts.time_limit is not None:
+        params["limits/time"] = opts.time_limit
+    if opts.threads > 1:
+        params["parallel/maxnthreads"] = opts.threads
+    params.update(opts.scip_options)
     try:
-        res = solver.solve(m, tee=False, options=opts, load_solutions=False)
+        res = solver.solve(m, tee=False, options=params, load_solutions=False)
     except Exception as e:  # pragma: no cover - SCIP errors are reported, not hidden
         raise SolverError(f"SCIP failed: {e}") from e
     tc = res.solver.termination_condition

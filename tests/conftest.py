@@ -34,10 +34,10 @@ def hand_instance() -> Instance:
         M=np.array([10.0, 20.0]), C=np.array([1000.0, 2000.0]), Pbar=np.array([100.0, 200.0]),
         Theta=np.array([1.0, 2.0, 3.0, 4.0]), sigma=np.array([1.0, 1.0, 2.0, 1.0]),
         Delta=np.array([[0.3] * 4, [0.5] * 4]),
-        xi3=np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        xi3_parts=np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
         beta_D=1e3, beta_M=1e6, rho_idle=0.4, eta=0.1, mu=1.0, vartheta=0.5, L=1.0,
         zeta1=1.0, zeta2=1.5, F0_minus_Fstar=2.3, gamma_min=1.0, gamma_max=20.0,
-        m_floor=0.01, z_floor=0.01, R_floor=1e6, xi1=2.0, xi2=3.0, xi3_total=0.5,
+        m_floor=0.01, z_floor=0.01, R_floor=1e6, xi1=2.0, xi2=3.0, xi3=0.5,
     ).validate()
 
 
@@ -62,11 +62,13 @@ def hand_solution() -> Solution:
 
 
 def random_solution(inst: Instance, rng: np.random.Generator, *, gamma_hi: float | None = None,
-                    style: str = "mixed") -> Solution:
+                    style: str = "mixed", step_condition: bool = True) -> Solution:
     """A random point inside every box, simplex and capacity of P.
 
     style: "mixed" (random partial offloading), "none" (no offloading: DCs hold no data),
     "full" (every UE offloads everything: UEs hold no data), "sparse" (random zeros).
+    step_condition: shrink the gammas to meet Theorem 1's step-size row (`system.
+    enforce_step_condition`), so that the point is feasible for P in the corollary form.
     """
     N, B, S = inst.N, inst.B, inst.S
     ghi = inst.gamma_max if gamma_hi is None else gamma_hi
@@ -93,15 +95,28 @@ def random_solution(inst: Instance, rng: np.random.Generator, *, gamma_hi: float
         room = inst.Rmax_s - B * inst.R_floor
         k = np.minimum(1.0, room / np.maximum(extra.sum(axis=0), 1e-300))
         R = inst.R_floor + extra * k[None, :] * 0.999
-        rounds.append(RoundDecision(
+        r = RoundDecision(
             rho_nb=rho_nb, rho_bs=rho_bs,
             f=rng.uniform(inst.f_min, inst.f_max),
             z=rng.uniform(inst.z_floor, 1.0, S) * inst.C,
             gamma_ue=rng.uniform(inst.gamma_min, ghi, N), gamma_dc=rng.uniform(inst.gamma_min, ghi, S),
             m_ue=rng.uniform(inst.m_floor, 1.0, N), m_dc=rng.uniform(inst.m_floor, 1.0, S),
             aggregator=int(rng.integers(S)), uplink_bs=rng.integers(B, size=N),
-            downlink_bs=rng.integers(B, size=N), R_bs=R))
-    return Solution(rounds=rounds, method="random")
+            downlink_bs=rng.integers(B, size=N), R_bs=R)
+        if inst.links is not None:  # absent UE-BS links: no data, no association
+            on, links = inst.link_mask, inst.ue_links()
+            r.rho_nb = r.rho_nb * on
+            if style == "full":
+                r.rho_nb /= r.rho_nb.sum(axis=1, keepdims=True)
+            r.uplink_bs = np.array([links[n][u % len(links[n])] for n, u in enumerate(r.uplink_bs)])
+            r.downlink_bs = np.array([links[n][u % len(links[n])]
+                                      for n, u in enumerate(r.downlink_bs)])
+        rounds.append(r)
+    sol = Solution(rounds=rounds, method="random")
+    if step_condition:  # a constraint of P (SPEC §3, corollary form): gammas shrunk to meet it
+        from cefl_opt.system import enforce_step_condition
+        enforce_step_condition(inst, sol)
+    return sol
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ its blocks have the structure of SPEC §4.
 At random feasible points of `small` and `paper` instances (several seeds, both bound forms),
 after `load_solution(model, sol)`: the objective and its three terms equal the evaluator's, and
 EVERY constraint body of the model equals its numpy counterpart (at the tight epigraph values),
-every constraint holds, and every consensus equality holds exactly.
+every constraint holds, and every consensus equality holds exactly. The corollary form's
+step-size row (SPEC §3, hosted by dc[0]) and the data-weighted gbar and vartheta (both
+vartheta modes) are covered the same way.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from cefl_opt.generator import make_instance
 from cefl_opt.models import (build_problem, consensus_constraints, constraint_nodes,
                              extract_solution, load_solution, node_blocks, node_constraints,
                              node_variables, variable_owner_map)
-from cefl_opt.system import a_norms, evaluate, gamma_cap, round_terms
+from cefl_opt.system import a_norms, evaluate, gamma_cap, round_terms, step_condition
 
 GBIT = 1e9
 REL = 1e-9
@@ -35,6 +37,13 @@ def _model(preset: str, seed: int, bound: str, binaries: str = "relaxed", copies
     return build_problem(_instance(preset, seed), bound=bound, binaries=binaries, copies=copies)
 
 
+def step_safe_gamma(inst) -> float:
+    """A gamma bound under which the step-size condition holds whatever the data split:
+    gbar T >= d T^2 gamma_min, so g (g - 1) <= T^2 / (4 L^2 (2 zeta1^2 + 1)) suffices."""
+    k = inst.T ** 2 / (4 * inst.L ** 2 * (2 * inst.zeta1 ** 2 + 1))
+    return min(inst.gamma_max, (1 + np.sqrt(1 + 4 * k)) / 2)
+
+
 # ---------------------------------------------------------------------- expected bodies
 def expected_bodies(m, inst, sol, bound):
     """{ConstraintData: (expected body, scale)} for every constraint of every node block,
@@ -46,7 +55,9 @@ def expected_bodies(m, inst, sol, bound):
     a1, _ = a_norms(gam, inst.eta, inst.mu)
     hval = gam ** 2 * (a1 - 1) / a1                       # [T, I]
     m_min, g_max, h_max = ms.min(), gam.max(), hval.max()
-    dM_bn = [inst.beta_M / inst.R_bn[t] for t in range(T)]
+    with np.errstate(divide="ignore"):  # absent links (rate 0) have no rows
+        dM_bn = [inst.beta_M / inst.R_bn[t] for t in range(T)]
+    on = inst.link_mask
     out, missing = {}, set()
 
     def put(container, name, index, val, scale=1.0):
@@ -67,6 +78,10 @@ def expected_bodies(m, inst, sol, bound):
         else:
             put(cp, "h_max_epi", (t), hval[t, i] - h_max, h_max)
 
+    if bound == "corollary":  # step-size row of dc[0]: (lhs - gbar T) / (d T)
+        Di = np.array([np.concatenate([rt["D_n"], rt["D_s"]]) for rt in rts])
+        lhs, rhs = step_condition(inst, gam, Di)
+        put(m.dc[0].coupling, "step", None, (lhs - rhs) / (inst.I * T), rhs / (inst.I * T))
     for t, (r, rt) in enumerate(zip(sol.rounds, rts)):
         dA, dR = rt["dA"], rt["dR"]
         for n in range(N):
@@ -82,13 +97,13 @@ def expected_bodies(m, inst, sol, bound):
             put(u.coupling, "delay", (t), rt["ue_path"][n] - dA, dA)        # dA_n + dP_n - dA
             epigraphs(u, t, n, r.m_ue[n], r.gamma_ue[n])
             if m._binaries == "relaxed":
-                put(u.coupling, "force_Inb", (t), 0.0)
-                put(u.coupling, "force_Ibn", (t), 0.0)
+                put(u.coupling.forcing, "force_Inb", (t), 0.0)
+                put(u.coupling.forcing, "force_Ibn", (t), 0.0)
         for b in range(B):
             bb = m.bs[b]
             put(bb.convex, "rho_bs_sum", (t), r.rho_bs[b].sum())
             put(bb.convex, "Is_sum", (t), 1.0)
-            for n in range(N):
+            for n in np.flatnonzero(on[:, b]).tolist():
                 put(bb.coupling, "dB_epi", (t, n),
                     dM_bn[t][b, n] * float(r.downlink_bs[n] == b) - rt["dB_b"][b], rt["dB_b"][b])
             put(bb.coupling, "recv", (t), rt["dR_b"][b] + rt["dB_b"][b] - dR, dR)
@@ -108,7 +123,7 @@ def expected_bodies(m, inst, sol, bound):
             emax_bs = rt["dD_bs"][:, s].max()
             for b in range(B):
                 put(d.coupling, "eBS_epi", (t, b), rt["dD_bs"][b, s] - emax_bs, emax_bs)
-                for n in range(N):
+                for n in np.flatnonzero(on[:, b]).tolist():
                     put(d.coupling, "eNB_epi", (t, n, b), rt["dD_nb"][n, b] - emax_nb, emax_nb)
             # max_b dD_bs + max dD_nb + dP_s + dA_s - dA
             put(d.coupling, "delay", (t), emax_bs + emax_nb + rt["dP_s"][s] + rt["dA_s"][s] - dA, dA)
@@ -119,12 +134,12 @@ def expected_bodies(m, inst, sol, bound):
                 put(d.lift, "D_def", (t), 0.0, rt["D_s"][s])
             epigraphs(d, t, N + s, r.m_dc[s], r.gamma_dc[s])
             if m._binaries == "relaxed" and s == 0:
-                put(d.coupling, "force_Is", (t), 0.0)
+                put(d.coupling.forcing, "force_Is", (t), 0.0)
     return out, missing
 
 
 def random_points(inst, rng, rand_sol, bound, k=3):
-    ghi = gamma_cap(inst) if bound == "general" else None
+    ghi = gamma_cap(inst) if bound == "general" else step_safe_gamma(inst)
     styles = ["mixed", "sparse", "none", "full"]
     return [rand_sol(inst, rng, gamma_hi=ghi, style=styles[j % len(styles)]) for j in range(k)]
 
@@ -138,6 +153,8 @@ def check_agreement(m, inst, sol, bound):
     assert pyo.value(m.ml_term) == pytest.approx(ev.terms["ml_bound"], rel=REL)
     assert pyo.value(m.delay_term) == pytest.approx(ev.terms["delay"], rel=REL)
     assert pyo.value(m.energy_term) == pytest.approx(ev.terms["energy"], rel=REL)
+    assert pyo.value(m.gbar) == pytest.approx(ev.ml_info["gbar"], rel=REL)
+    assert pyo.value(m.vartheta_b) == pytest.approx(ev.ml_info["vartheta"], rel=REL)
     # per-node expressions
     for t, rt in enumerate(ev.rounds):
         for n in m.N:
@@ -206,6 +223,35 @@ def test_compact_model_agrees(preset, seed, bound, rand_sol):
         check_agreement(m, inst, sol, bound)
 
 
+@pytest.mark.parametrize("copies", [True, False])
+@pytest.mark.parametrize("bound", ["corollary", "general"])
+def test_constant_vartheta_mode_agrees(bound, copies, rand_sol):
+    """vartheta_mode='constant' (the instance's number in bound and trainer)."""
+    inst = _instance("small", 6).copy(vartheta_mode="constant", vartheta=0.7)
+    m = build_problem(inst, bound=bound, copies=copies)
+    assert m.vartheta_b == 0.7
+    for sol in random_points(inst, np.random.default_rng(12), rand_sol, bound, k=3):
+        check_agreement(m, inst, sol, bound)
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_step_row_body_where_violated(copies, rand_sol):
+    """At points with a large gamma the step-size row is violated in the model and in the
+    evaluator by the same amount."""
+    inst = _instance("small", 7)
+    m = build_problem(inst, copies=copies)
+    sol = rand_sol(inst, np.random.default_rng(13), style="mixed", step_condition=False)
+    load_solution(m, sol)
+    ev = evaluate(inst, sol)
+    lhs, rhs = ev.ml_info["step_lhs"], ev.ml_info["step_rhs"]
+    assert lhs > rhs
+    assert [n for n, _ in ev.violations] == ["step size (Theorem 1, corollary eta)[]"]
+    assert ev.violations[0][1] == pytest.approx((lhs - rhs) / rhs, rel=1e-9)
+    row = m.dc[0].coupling.step
+    assert pyo.value(row.body) == pytest.approx((lhs - rhs) / (inst.I * inst.T), rel=1e-9)
+    assert pyo.value(m.obj) == pytest.approx(ev.objective, rel=REL)
+
+
 @pytest.mark.parametrize("bound", ["corollary", "general"])
 def test_binary_mode_agrees(bound, rand_sol):
     inst = _instance("small", 4)
@@ -217,7 +263,7 @@ def test_binary_mode_agrees(bound, rand_sol):
 
 def test_fixed_mode_agrees(rand_sol):
     inst = _instance("small", 5)
-    sol = rand_sol(inst, np.random.default_rng(5))
+    sol = rand_sol(inst, np.random.default_rng(5), gamma_hi=step_safe_gamma(inst))
     m = build_problem(inst, binaries="fixed", fixed=sol)
     load_solution(m, sol)
     ev = evaluate(inst, sol)
@@ -232,8 +278,11 @@ def test_hand_point_in_model(tiny_hand):
     """The Pyomo model reproduces the hand-checked numbers of test_system.py."""
     inst, sol = tiny_hand
     for bound in ("corollary", "general"):
-        m = build_problem(inst, bound=bound)
-        check_agreement(m, inst, sol, bound)
+        for mode in ("constant", "tau_eff"):
+            # L = 0.25 makes the hand point satisfy the step-size row (test_system.py)
+            hand = inst.copy(L=0.25, vartheta_mode=mode)
+            m = build_problem(hand, bound=bound)
+            check_agreement(m, hand, sol, bound)
     m = build_problem(inst)
     load_solution(m, sol)
     assert pyo.value(m.delay_term) == pytest.approx((1.0041 + 0.255) + (1.0709 + 0.26), rel=1e-12)
@@ -371,7 +420,8 @@ def test_convex_sets_hold_the_simplices():
     names = lambda blk: {c.local_name for c in blk.coupling.component_objects(pyo.Constraint)}  # noqa: E731
     assert {"delay", "force_Inb", "force_Ibn", "m_min_epi", "g_max_epi"} == names(ue)
     assert {"dB_epi", "recv"} == names(bs)
-    assert {"eBS_epi", "eNB_epi", "delay", "recv", "m_min_epi", "g_max_epi", "force_Is"} == names(dc0)
+    assert {"eBS_epi", "eNB_epi", "delay", "recv", "m_min_epi", "g_max_epi", "force_Is",
+            "step"} == names(dc0)
     assert "force_Is" not in names(dc1)
     mb = _model("small", 0, "corollary", "binary")
     assert not hasattr(mb.ue[0].coupling, "force_Inb")

@@ -12,22 +12,28 @@ from cefl_opt.solution import Solution
 def test_run_writes_a_complete_report(tmp_path, capsys):
     out = tmp_path / "run"
     rc = cli.main(["run", "--out", str(out), "--preset", "small", "--rounds", "2",
-                   "--methods", "ipopt-enum,greedy-rate,no-offload", "--dataset", "digits",
-                   "--train-rounds", "2", "--targets", "0.3,0.5"])
+                   "--methods", "decentralized,ipopt-enum,greedy-rate,no-offload",
+                   "--dataset", "digits", "--train-rounds", "2", "--targets", "0.3,0.5",
+                   "--cache-dir", str(tmp_path / "cache")])
     assert rc == 0
-    assert f"report: {out / 'report.md'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"report: {out / 'report.md'}" in printed and "measured ML constants" in printed
+    # the constants were measured on the data (issue 15) and cached once
+    assert len(list((tmp_path / "cache").glob("estimates-*.json"))) == 1
     for f in ("report.md", "summary.json", "instance.json", "solvers.csv", "solvers.png",
               "training.csv", "targets.csv", "accuracy_vs_cost.png",
-              "solution_ipopt-enum.json", "solution_greedy-rate.json"):
+              "solution_ipopt-enum.json", "solution_greedy-rate.json",
+              "trace_decentralized.csv", "sca_trace.png", "solution_decentralized.json"):
         assert (out / f).is_file(), f
-    for png in ("solvers.png", "accuracy_vs_cost.png"):
+    for png in ("solvers.png", "accuracy_vs_cost.png", "sca_trace.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "![solvers](solvers.png)" in report and "![curves](accuracy_vs_cost.png)" in report
     assert not list(out.glob("*.tmp"))                      # atomic writes left nothing behind
     inst = Instance.load(out / "instance.json")
+    assert inst.sigma.min() > 1.5 and inst.L != 1.0          # not the placeholders (1)
     solvers = pd.read_csv(out / "solvers.csv").set_index("method")
-    for m in ("ipopt-enum", "greedy-rate", "no-offload"):
+    for m in ("decentralized", "ipopt-enum", "greedy-rate", "no-offload"):
         sol = Solution.load(out / f"solution_{m}.json")
         ev = system.evaluate(inst, sol)
         assert ev.feasible
@@ -35,10 +41,16 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     # gaps to the centralised reference; ipopt-enum is never worse than greedy-rate
     assert solvers.loc["ipopt-enum", "vs_ipopt_enum"] == 0.0
     assert solvers.loc["greedy-rate", "vs_ipopt_enum"] >= -1e-9
+    # the decentralised method's accounting: no central step, its own stop reason
+    assert solvers.loc["decentralized", "central_steps"] == "none"
+    assert solvers.loc["decentralized", "stop_reason"] in ("converged", "max_outer")
+    assert "![trace](sca_trace.png)" in report
+    trace = pd.read_csv(out / "trace_decentralized.csv")
+    assert len(trace) == solvers.loc["decentralized", "outer_iters"]
     hist = pd.read_csv(out / "training.csv")
     assert set(hist["method"]) == {"cefl", "fednova", "fedavg"}
     assert hist.groupby("method").size().eq(2).all()
-    assert json.loads((out / "summary.json").read_text())["cefl_source"] == "ipopt-enum"
+    assert json.loads((out / "summary.json").read_text())["cefl_source"] == "decentralized"
 
 
 def test_run_rejects_an_unknown_method_before_writing(tmp_path, capsys):

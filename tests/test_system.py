@@ -15,8 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from cefl_opt.system import (FEAS_TOL, a_norms, constraint_violations, data_split, evaluate,
-                             gamma_cap, ml_bound, round_terms)
+from cefl_opt.system import (FEAS_TOL, a_norms, bound_vartheta, common_gamma_step_cap,
+                             constraint_violations, data_split, evaluate, gamma_cap,
+                             gbar_weighted, ml_bound, round_terms, step_condition)
 
 A = dict(rel=1e-12, abs=1e-15)
 
@@ -150,12 +151,108 @@ TAU0 = 1.0041 + 0.255      # dA + dR of round 0
 TAU1 = 1.0709 + 0.26       # of round 1
 
 
-def test_corollary_bound_by_hand(tiny_hand):
-    """eq:convSpecial with the tau term: d = 4 DPUs, T = 2, vartheta = 0.5, L = 1, F0-F* = 2.3,
-    zeta2 = 1.5, Theta_max = 4, sigma_max = 2, Delta = 0.3 (t=0) and 0.5 (t=1) per DPU."""
+# data-weighted gbar (SPEC §3): d sum_t sum_i D_i gamma_i / D, D = 3000 in both rounds;
+# (D_i, gamma_i) for UE0, UE1, DC0, DC1: round 0 (500, 2), (1500, 3), (600, 3), (400, 2),
+# round 1 (200, 1), (1000, 1), (900, 3), (900, 2)
+GBAR = 4 * ((500 * 2 + 1500 * 3 + 600 * 3 + 400 * 2) / 3000          # 2.7
+            + (200 * 1 + 1000 * 1 + 900 * 3 + 900 * 2) / 3000)       # 1.9 -> 18.4
+STEP_L = 0.05   # with L = 0.05 the hand point (even with a gamma of 25) meets the step row
+
+
+def test_gbar_weighted_by_hand(tiny_hand):
     inst, sol = tiny_hand
+    assert GBAR == approx(18.4)
+    assert evaluate(inst, sol).ml_info["gbar"] == approx(GBAR)
+
+
+def test_vartheta_modes_by_hand(tiny_hand):
+    """constant: the instance's 0.5; tau_eff: the round mean of sum_i p_i ||a_i||_1 with
+    eta = 0.1, mu = 1 (q = 0.9): ||a||_1 = 1, 1.9, 2.71 for gamma = 1, 2, 3."""
+    inst, sol = tiny_hand
+    ev = evaluate(inst.copy(vartheta_mode="constant"), sol)
+    assert ev.ml_info["vartheta"] == 0.5
+    tau0 = (500 * 1.9 + 1500 * 2.71 + 600 * 2.71 + 400 * 1.9) / 3000
+    tau1 = (200 * 1.0 + 1000 * 1.0 + 900 * 2.71 + 900 * 1.9) / 3000
+    ev = evaluate(inst.copy(vartheta_mode="tau_eff"), sol)
+    assert ev.ml_info["vartheta"] == approx((tau0 + tau1) / 2)
+
+
+def test_step_condition_by_hand(tiny_hand):
+    """4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T with d = 4, L = 1, zeta1 = 1,
+    g_max = 3, T = 2: 4*4*1*3*2*3 = 288 against 18.4 * 2 = 36.8, violated."""
+    inst, sol = tiny_hand
+    ev = evaluate(inst, sol)
+    assert ev.ml_info["step_lhs"] == approx(288.0)
+    assert ev.ml_info["step_rhs"] == approx(36.8)
+    viol = dict(constraint_violations(inst, sol))
+    assert viol == {"step size (Theorem 1, corollary eta)[]": approx((288 - 36.8) / 36.8)}
+    # L = 0.05: 288 * 0.0025 = 0.72 <= 36.8; the general form has gamma_cap instead
+    assert constraint_violations(inst.copy(L=STEP_L), sol) == []
+    assert constraint_violations(inst, sol, bound="general") == []
+
+
+def test_common_gamma_step_cap_is_tight():
+    """Equal data at every DPU and one gamma g: gbar = d T g, so the condition reads
+    g - 1 <= T^2 / (4 L^2 (2 zeta1^2 + 1)); at that g it holds with equality."""
+    from conftest import hand_instance
+    inst = hand_instance().copy(L=0.8, zeta1=1.2)
+    g = common_gamma_step_cap(inst)
+    assert g == approx(1 + 2 ** 2 / (4 * 0.64 * (2 * 1.44 + 1)))
+    gam, Di = np.full((2, 4), g), np.full((2, 4), 750.0)
+    lhs, rhs = step_condition(inst, gam, Di)
+    assert lhs == approx(rhs)
+    assert gbar_weighted(inst, gam, Di) == approx(4 * 2 * g)
+
+
+def test_equal_data_gbar_is_papers_sum(tiny_hand):
+    """Every DPU holds 750 of the 3000 points: UE0 offloads 250 (rho 0.25), UE1 1250 (0.625),
+    the BS splits its 1500 evenly: the weighted gbar equals the paper's sum of gammas."""
+    inst, sol = tiny_hand
+    for r in sol.rounds:
+        r.rho_nb[:, 0] = [0.25, 0.625]
+        r.rho_bs[0] = [0.5, 0.5]
+    Di = np.array([np.concatenate([d["D_n"], d["D_s"]]) for d in
+                   (data_split(inst, t, r) for t, r in enumerate(sol.rounds))])
+    assert Di == approx(np.full((2, 4), 750.0))
+    ev = evaluate(inst, sol)
+    assert ev.ml_info["gbar"] == approx((2 + 3 + 3 + 2) + (1 + 1 + 3 + 2))     # 17
+
+
+@pytest.mark.parametrize("mode", ["constant", "tau_eff"])
+@pytest.mark.parametrize("empty", ["dc", "ue"])
+def test_gamma_of_dpu_without_data_leaves_objective_unchanged(tiny_hand, mode, empty):
+    """No offloading (the DCs hold nothing) or full offloading (the UEs hold nothing): changing
+    the gamma of an empty DPU (below g_max) changes neither the bound nor the objective."""
+    inst, sol = tiny_hand
+    inst = inst.copy(vartheta_mode=mode)
+    for r in sol.rounds:
+        r.rho_nb[:, 0] = 0.0 if empty == "dc" else 1.0
+    ev0 = evaluate(inst, sol)
+    for r in sol.rounds:
+        if empty == "dc":
+            r.gamma_dc[:] = [1.0, 2.5]
+        else:
+            r.gamma_ue[:] = [2.5, 1.0]
+    ev1 = evaluate(inst, sol)
+    assert np.max([np.r_[r.gamma_ue, r.gamma_dc] for r in sol.rounds]) == 3.0   # g_max kept
+    assert ev1.ml_parts["total"] == approx(ev0.ml_parts["total"])
+    assert ev1.objective == approx(ev0.objective)
+    # the same change on a DPU that holds data does change the bound
+    if empty == "dc":
+        sol.rounds[0].gamma_ue[0] = 1.5
+    else:
+        sol.rounds[0].gamma_dc[1] = 1.5
+    assert evaluate(inst, sol).ml_parts["total"] != approx(ev0.ml_parts["total"])
+
+
+def test_corollary_bound_by_hand(tiny_hand):
+    """eq:convSpecial with the tau term: d = 4 DPUs, T = 2, vartheta = 0.5 (constant mode),
+    L = 1, F0-F* = 2.3, zeta2 = 1.5, Theta_max = 4, sigma_max = 2, Delta = 0.3 (t=0) and 0.5
+    (t=1) per DPU, gbar weighted by data (GBAR = 18.4)."""
+    inst, sol = tiny_hand
+    inst = inst.copy(vartheta_mode="constant")
     ev = evaluate(inst, sol, bound="corollary")
-    gbar = (2 + 3 + 3 + 2) + (1 + 1 + 3 + 2)           # 17
+    gbar = GBAR
     m_min, g_max, d, T = 0.2, 3.0, 4, 2
     c0 = 4 * math.sqrt(gbar) / (0.5 * math.sqrt(d * T))
     expect = {
@@ -184,7 +281,7 @@ def test_general_bound_by_hand(tiny_hand):
     """eq:GenConvBound, fixed eta = 0.1, mu = 1 (q = 0.9), with (D_i-1)/D_i -> 1 and
     p_i^2/D_i -> D_i/D^2 (SPEC §3). D = 3000 in both rounds."""
     inst, sol = tiny_hand
-    ev = evaluate(inst, sol, bound="general")
+    ev = evaluate(inst.copy(vartheta_mode="constant"), sol, bound="general")
     eta, L, vt, T, D = 0.1, 1.0, 0.5, 2, 3000.0
     a1 = {1: 1.0, 2: 1.9, 3: 2.71}
     a2 = {1: 1.0, 2: 1.81, 3: 2.4661}
@@ -242,6 +339,7 @@ def test_gamma_cap_is_theorem1_condition(tiny_hand):
 
 def test_hand_solution_feasible_both_bounds(tiny_hand):
     inst, sol = tiny_hand
+    inst = inst.copy(L=STEP_L)
     assert constraint_violations(inst, sol) == []
     assert constraint_violations(inst, sol, bound="general") == []
 
@@ -253,6 +351,7 @@ def test_hand_solution_feasible_both_bounds(tiny_hand):
 ])
 def test_violations_are_named(tiny_hand, field, index, value, name):
     inst, sol = tiny_hand
+    inst = inst.copy(L=STEP_L)
     getattr(sol.rounds[1], field)[index] = value
     v = constraint_violations(inst, sol)
     assert len(v) == 1 and v[0][0].startswith("t1:" + name) and v[0][1] > FEAS_TOL
@@ -260,6 +359,7 @@ def test_violations_are_named(tiny_hand, field, index, value, name):
 
 def test_violations_of_simplices_and_capacities(tiny_hand):
     inst, sol = tiny_hand
+    inst = inst.copy(L=STEP_L)
     r = sol.rounds[0]
     r.rho_nb[:, 0] = [0.7, 0.6]            # fine: one BS, each row sum <= 1
     assert constraint_violations(inst, sol) == []
@@ -272,4 +372,25 @@ def test_violations_of_simplices_and_capacities(tiny_hand):
     sol2.rounds[0] = sol2.rounds[1].copy()       # drop round 0's violations made above
     sol2.rounds[0].gamma_ue[0] = 3.9
     assert constraint_violations(inst, sol2, bound="corollary") == []
-    assert any("gamma_cap" in n for n, _ in constraint_violations(inst, sol2, bound="general"))
+    assert any("gamma_cap" in n for n, _ in
+               constraint_violations(tiny_hand[0], sol2, bound="general"))
+
+
+def test_enforce_step_condition_shrinks_gamma_to_the_boundary(tiny_hand):
+    """The hand point violates the step row (288 > 36.8); the repair scales gamma - 1 by one
+    factor s so that the row holds with equality (to the bisection's precision), and leaves a
+    point that meets it untouched."""
+    from cefl_opt.system import enforce_step_condition
+    inst, sol = tiny_hand
+    before = [np.r_[r.gamma_ue, r.gamma_dc] for r in sol.rounds]
+    enforce_step_condition(inst, sol)
+    after = [np.r_[r.gamma_ue, r.gamma_dc] for r in sol.rounds]
+    s = (after[0][1] - 1) / (before[0][1] - 1)
+    assert 0 < s < 1
+    for b, a in zip(before, after):
+        assert a - 1 == approx(s * (b - 1))
+    ev = evaluate(inst, sol)
+    assert ev.feasible
+    assert ev.ml_info["step_lhs"] == pytest.approx(ev.ml_info["step_rhs"], rel=1e-9)
+    again = [np.r_[r.gamma_ue, r.gamma_dc] for r in enforce_step_condition(inst, sol).rounds]
+    assert all(np.array_equal(x, y) for x, y in zip(again, after))

@@ -33,7 +33,7 @@ def toy_instance(N: int = 4, B: int = 2, S: int = 2, T: int = 3, D: float = 200.
         c=np.full(N, 3e5), alpha=np.full(N, 2e-28), f_min=np.full(N, 1e5),
         f_max=np.full(N, 2.3e9), M=np.full(S, 700.0), C=np.full(S, 5e6), Pbar=np.full(S, 200.0),
         Theta=np.ones(N + S), sigma=np.ones(N + S), Delta=np.full((T, N + S), 0.3),
-        xi3=np.ones(6), preset="toy", seed=seed, ue_labels=ue_labels,
+        xi3_parts=np.ones(6), preset="toy", seed=seed, ue_labels=ue_labels,
         ue_subnet=[n % S for n in range(N)], bs_subnet=[b % S for b in range(B)],
         dc_subnet=list(range(S)),
     ).validate()

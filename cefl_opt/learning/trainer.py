@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..instance import Instance, InstanceError
+from ..instance import Instance, InstanceError, validated
 from ..solution import Solution
 from .models import make_model
 from .partition import DynamicPartition
@@ -48,6 +48,12 @@ def default_cost_fn() -> CostFn:
         raise InstanceError(f"cost accounting needs cefl_opt.system.round_costs, which cannot be "
                             f"imported ({e}); pass cost_fn=... explicitly") from None
     return round_costs
+
+
+def batch_rng(seed: int, r: int, dpu: int) -> np.random.Generator:
+    """The mini-batch draws of DPU ``dpu`` in round ``r``: keyed by (seed, stream, r, dpu) so the
+    draws do not depend on where (which process or SuperNode) the local steps run."""
+    return np.random.default_rng([int(seed), STREAM_BATCH, int(r), int(dpu)])
 
 
 def local_fedprox(model: nn.Module, x_t: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
@@ -132,6 +138,7 @@ class Trainer:
         if test_max is not None:
             self.Xte, self.yte = self.Xte[:test_max], self.yte[:test_max]
         self.n_classes = int(n_classes if n_classes is not None else int(self.y.max()) + 1)
+        self.model_kind = model if isinstance(model, str) else None   # None: a given module
         if isinstance(model, nn.Module):
             self.model = model
         else:
@@ -145,24 +152,39 @@ class Trainer:
         self.round = 0
         self.rows: list[dict] = []
         # per round: "train_s" (partition, offloading, local steps, aggregation), "eval_s" (test
-        # set), "samples_processed" (sum of gamma_i * batch_i); kept out of the history so that
-        # the history stays bitwise reproducible
+        # set), "samples_processed" (sum of gamma_i * batch_i), "fit_s" (the local steps alone,
+        # summed over the DPUs); kept out of the history so that it stays bitwise reproducible
         self.timings: list[dict] = []
         self._cum_delay = 0.0
         self._cum_energy = 0.0
 
     def step(self) -> dict:
         """Run one global round and return its history row."""
+        r, plan, t0 = self.plan_round()
+        t_fit = time.perf_counter()
+        results = [local_fedprox(self.model, self.x, self.X, self.y, ins, lr=self.lr, mu=self.mu,
+                                 rng=batch_rng(self.seed, r, ins.dpu), loss_fn=self.loss_fn)
+                   for ins in plan.fit]
+        t_fit = time.perf_counter() - t_fit
+        row = self.finish_round(r, plan, results, t0)
+        self.timings[-1]["fit_s"] = t_fit
+        return row
+
+    def plan_round(self):
+        """Round ``r``'s data and orchestration: ``(r, plan, t0)``. The local steps of
+        ``plan.fit`` run here (:meth:`step`) or on Flower SuperNodes (``learning.flower``);
+        either way :meth:`finish_round` closes the round."""
         r = self.round
-        inst_t = r % self.instance.T
         t0 = time.perf_counter()
         ue_idx = self.partition.round(r)
         plan = self.strategy.configure_round(r, ue_idx, np.random.default_rng(
             [self.seed, STREAM_OFFLOAD, r]))
-        results = [local_fedprox(self.model, self.x, self.X, self.y, ins, lr=self.lr, mu=self.mu,
-                                 rng=np.random.default_rng([self.seed, STREAM_BATCH, r, ins.dpu]),
-                                 loss_fn=self.loss_fn)
-                   for ins in plan.fit]
+        return r, plan, t0
+
+    def finish_round(self, r: int, plan, results: list, t0: float) -> dict:
+        """Aggregate ``results`` (in ``plan.fit`` order), evaluate, cost the round, record
+        and return its history row."""
+        inst_t = r % self.instance.T
         self.x = self.strategy.aggregate_round(r, self.x, results).detach()
         t1 = time.perf_counter()
         acc, test_loss = evaluate(self.model, self.x, self.Xte, self.yte, self.loss_fn)
@@ -243,17 +265,28 @@ class TrainResult:
     trainer: Trainer
 
 
+def build_trainer(instance: Instance, solution: Solution, data, *, method: str = "cefl",
+                  model: str = "mlp", lr: float = DEFAULT_LR, mu: float | None = None,
+                  seed: int = 0, vartheta="tau_eff", aggregator: int = 0, average: bool = True,
+                  cost_fn: CostFn | None = None, test_max: int | None = None) -> Trainer:
+    """The strategy and trainer of one run (shared by the local and the Flower engine)."""
+    strat = make_strategy(method, instance, solution, vartheta=vartheta, aggregator=aggregator,
+                          average=average)
+    return Trainer(instance, strat, data, model=model, lr=lr, mu=mu, seed=seed, cost_fn=cost_fn,
+                   test_max=test_max)
+
+
 def run_training(instance: Instance, solution: Solution, data, *, method: str = "cefl",
                  rounds: int = 10, model: str = "mlp", lr: float = DEFAULT_LR,
                  mu: float | None = None, seed: int = 0, targets=(0.6, 0.7, 0.8),
-                 vartheta="tau_eff", aggregator: int = 0, average: bool = True,
+                 vartheta=None, aggregator: int = 0, average: bool = True,
                  cost_fn: CostFn | None = None, test_max: int | None = None,
                  progress: bool = False) -> TrainResult:
     """One call: build the strategy and trainer, run ``rounds`` rounds, tabulate targets.
     ``average`` only matters for the baselines (see ``strategies.FedNova``)."""
-    strat = make_strategy(method, instance, solution, vartheta=vartheta, aggregator=aggregator,
-                          average=average)
-    tr = Trainer(instance, strat, data, model=model, lr=lr, mu=mu, seed=seed, cost_fn=cost_fn,
-                 test_max=test_max)
+    instance = validated(instance)
+    tr = build_trainer(instance, solution, data, method=method, model=model, lr=lr, mu=mu,
+                       seed=seed, vartheta=vartheta, aggregator=aggregator, average=average,
+                       cost_fn=cost_fn, test_max=test_max)
     hist = tr.run(rounds, progress=progress)
     return TrainResult(hist, targets_table(hist, targets), tr.x.clone(), tr)

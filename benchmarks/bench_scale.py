@@ -1,0 +1,341 @@
+"""Scale sweep of issue 11 (item 5): from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20.
+
+    python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
+                                     [--reach 5] [--ranks 1,2] [--timeout 900]
+                                     [--measures floor,dec,cpd,ipopt]
+
+Per size (T = 2; every link at the paper size and below, `--reach 5` beyond it), each
+measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) is its own:
+
+* `gen`: `make_instance` wall time, instance file size, variables of P in the block form
+  (`mpi_backend.node_work`, equal to the Pyomo block model's count) and in the compact form;
+* `dec` (per rank count): `--method decentralized` (1 rank: in process; R ranks: `mpiexec -n R
+  cefl-opt solve ... --backend mpi`): wall time, peak RSS (the largest rank), outer and inner
+  iterations, time per outer and per inner iteration, the floor of one outer iteration (one
+  linearisation + one projection of the solver's own structure, when it exposes them), messages
+  and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
+* `dec5`, `cpd`: `--method decentralized` and `--method centralized-pd` (the same iterations
+  with exact global dual updates) for `--cpd-outer` (5) outer iterations: time per outer and
+  per inner iteration, the comparison "a decentralised inner iteration <= 1.5x a centralised";
+* `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
+  the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
+  finishes within the timeout: build and solve time, Ipopt iterations.
+
+Writes results/bench/scale.csv (one row per size, measurement and rank count) and
+results/bench/scale.png (log-log: wall time against the number of variables; decentralised with
+1 and 2 ranks, centralised Ipopt, the per-iteration times). The machine's load average is
+recorded with every row (timings on the shared 2-core machine are inflated under load). Every
+measurement runs with its address space capped at BENCH_SCALE_MEM_GB (default 10 GB), so a run
+that would exhaust the shared machine's memory fails on its own (rc != 0, `error` column).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+
+PAPER_SIZE = (20, 10, 5)
+SIZES = "20/10/5,50/15/8,100/20/10,200/40/10,500/60/15,1000/100/20"
+QUICK_SIZES = "20/10/5,50/15/8"
+BIN = Path(sys.executable).parent
+
+
+def _size(spec: str) -> tuple[int, int, int]:
+    try:
+        n, b, s = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"bench_scale: bad size {spec!r}: expected UES/BSS/DCS") from None
+    return n, b, s
+
+
+def _instance_path(out_dir: Path, n: int, b: int, s: int, reach: int | None, seed: int) -> Path:
+    return out_dir / "scale" / f"net-{n}-{b}-{s}-r{reach or 'all'}-s{seed}.json"
+
+
+# ---------------------------------------------------------------------- workers (subprocess)
+def _worker_gen(job: dict) -> dict:
+    from cefl_opt.generator import make_instance
+    from cefl_opt.models import build_problem
+    from cefl_opt.solvers.mpi_backend import node_work
+    import pyomo.environ as pyo
+    t0 = time.perf_counter()
+    inst = make_instance("paper", ues=job["n"], bss=job["b"], dcs=job["s"], rounds=2,
+                         reach=job["reach"], seed=job["seed"])
+    gen_s = time.perf_counter() - t0
+    inst.save(job["path"])
+    t0 = time.perf_counter()
+    m = build_problem(inst, copies=False)
+    build_s = time.perf_counter() - t0
+    n_compact = sum(1 for _ in m.component_data_objects(pyo.Var))
+    return {"gen_s": gen_s, "file_MB": os.path.getsize(job["path"]) / 1e6,
+            "vars_block": int(node_work(inst).sum()), "vars_compact": n_compact,
+            "links": int(inst.link_mask.sum()), "compact_build_s": build_s}
+
+
+def _dec_floor(inst) -> dict:
+    """One linearisation + one projection of the decentralised solver's own structure (when
+    `solvers.sca` exposes build_structure / linearise / project)."""
+    try:
+        from cefl_opt.solvers import sca
+        st = sca.build_structure(inst)
+        u = st.u0() if callable(getattr(st, "u0", None)) else st.u0
+    except Exception as e:  # noqa: BLE001 - the floor is optional
+        return {"floor_note": f"no structure: {type(e).__name__}: {e}"[:120]}
+    if not (hasattr(st, "linearise") and hasattr(st, "project")):
+        return {"floor_note": "structure has no linearise/project"}
+    best_l, best_p = float("inf"), float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        st.linearise(u)
+        t1 = time.perf_counter()
+        st.project(u)
+        t2 = time.perf_counter()
+        best_l, best_p = min(best_l, t1 - t0), min(best_p, t2 - t1)
+    return {"floor_linearise_s": best_l, "floor_project_s": best_p, "floor_s": best_l + best_p}
+
+
+def _flatten(prefix: str, d) -> dict:
+    out = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(f"{prefix}.{k}" if prefix else str(k), v))
+    elif isinstance(d, (int, float, str, bool)) or d is None:
+        out[prefix] = d
+    return out
+
+
+def _summary_from_solution(sol_path: str, inst_path: str) -> dict:
+    from cefl_opt import system
+    from cefl_opt.instance import Instance
+    from cefl_opt.solution import Solution
+    inst = Instance.load(inst_path)
+    sol = Solution.load(sol_path, inst)
+    ev = system.evaluate(inst, sol)
+    info = sol.info or {}
+    keep = {k: info.get(k) for k in ("outer_iterations", "inner_iterations", "stop_reason",
+                                     "backend", "ranks", "central_steps",
+                                     "sca_s_per_outer", "ipopt_solves")}
+    keep["central_steps"] = json.dumps(keep["central_steps"])
+    # wall_s of the row is the whole process (imports, build, solve); solver_wall_s the solver's
+    row = {"objective": ev.objective, "feasible": ev.feasible,
+           "solver_wall_s": info.get("wall_s", sol.wall_s),
+           **keep, **_flatten("messages", info.get("messages"))}
+    outer, inner = info.get("outer_iterations"), info.get("inner_iterations")
+    wall = info.get("sca_s") or info.get("wall_s") or sol.wall_s
+    if outer:
+        row["s_per_outer"] = info.get("sca_s_per_outer") or wall / outer
+    if inner:
+        row["s_per_inner"] = info.get("s_per_inner") or wall / inner
+    return row
+
+
+def _worker_floor(job: dict) -> dict:
+    from cefl_opt.instance import Instance
+    return _dec_floor(Instance.load(job["path"]))
+
+
+def _worker_ipopt(job: dict) -> dict:
+    """One centralised Ipopt solve: the greedy-rate aggregators and the association rule fixed,
+    Ipopt on the continuous variables of the compact form (no association repair)."""
+    from cefl_opt.instance import Instance
+    from cefl_opt.solvers.centralized import FixedNLP, decisions_for, greedy_rate_aggregators
+    inst = Instance.load(job["path"])
+    t0 = time.perf_counter()
+    nlp = FixedNLP(inst, time_limit=job.get("time_limit"))
+    t1 = time.perf_counter()
+    sol, status, obj = nlp.solve(decisions_for(inst, greedy_rate_aggregators(inst)))
+    t2 = time.perf_counter()
+    return {"objective": obj, "feasible": sol is not None, "status": str(status),
+            "ipopt_build_s": t1 - t0, "ipopt_solve_s": t2 - t1,
+            "ipopt_iterations": nlp.iterations,
+            "s_per_ipopt_iteration": (t2 - t1) / max(nlp.iterations, 1)}
+
+
+WORKERS = {"gen": _worker_gen, "floor": _worker_floor, "ipopt": _worker_ipopt}
+
+
+def _run_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
+    """(exit code, wall s, peak RSS MB of the child tree's largest process, output tail).
+    The child's address space is capped at BENCH_SCALE_MEM_GB (default 10 GB): a run that
+    needs more fails with a MemoryError instead of calling the machine's OOM killer."""
+    import resource
+    cap = int(float(os.environ.get("BENCH_SCALE_MEM_GB", "10")) * 2 ** 30)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, preexec_fn=limit)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        rc = 124
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    return rc, wall, rss, (out or "")[-2000:]
+
+
+def _peak_rss_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
+    """Run `cmd` from a fresh helper process so that RUSAGE_CHILDREN's maximum is this run's."""
+    helper = [sys.executable, "-c",
+              "import json,sys; sys.path.insert(0, %r); from benchmarks.bench_scale import "
+              "_run_child; print('@@' + json.dumps(_run_child(%r, %r)))"
+              % (str(common.ROOT), cmd, timeout)]
+    p = subprocess.run(helper, capture_output=True, text=True, timeout=timeout + 120)
+    line = [x for x in p.stdout.splitlines() if x.startswith("@@")]
+    if not line:
+        return 1, float("nan"), float("nan"), (p.stdout + p.stderr)[-2000:]
+    rc, wall, rss, tail = json.loads(line[-1][2:])
+    return rc, wall, rss, tail
+
+
+def _worker_cmd(kind: str, job: dict) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.bench_scale", "--worker", kind, json.dumps(job)]
+
+
+# ---------------------------------------------------------------------- driver
+def measure(args) -> pd.DataFrame:
+    out_dir = Path(args.out_dir)
+    rows = []
+    for spec in args.sizes.split(","):
+        n, b, s = _size(spec)
+        reach = None if (n, b, s) <= PAPER_SIZE or args.reach is None else args.reach
+        path = _instance_path(out_dir, n, b, s, reach, args.seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        base = {"size": spec, "N": n, "B": b, "S": s, "T": 2, "reach": reach or "all"}
+        job = {"n": n, "b": b, "s": s, "reach": reach, "seed": args.seed, "path": str(path)}
+
+        def record(kind: str, ranks, rc, wall, rss, extra: dict, tail: str) -> None:
+            row = {**base, "measure": kind, "ranks": ranks, "rc": rc, "wall_s": wall,
+                   "peak_rss_MB": rss, "load1": os.getloadavg()[0], **extra}
+            if rc != 0:
+                row["error"] = " ".join(tail.strip().splitlines()[-2:])[:200]
+            rows.append(row)
+            print(f"[{spec}] {kind:6s} ranks={ranks} rc={rc} wall={wall:.1f}s "
+                  f"rss={rss:.0f}MB " + " ".join(f"{k}={v}" for k, v in extra.items()
+                                                 if k in ("objective", "feasible", "s_per_inner",
+                                                          "s_per_outer", "floor_s",
+                                                          "vars_block", "stop_reason",
+                                                          "ipopt_solve_s", "ipopt_iterations")),
+                  flush=True)
+
+        rc, wall, rss, tail = _peak_rss_child(_worker_cmd("gen", job), args.timeout)
+        gen = _parse_worker(tail) if rc == 0 else {}
+        record("gen", 1, rc, wall, rss, gen, tail)
+        if rc != 0:
+            continue
+        base.update({k: gen[k] for k in ("vars_block", "vars_compact", "links")})
+        if "floor" in args.measures:
+            rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
+            record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
+        methods = [("dec", "decentralized", r) for r in args.ranks]
+        methods += [("dec5", "decentralized", 1), ("cpd", "centralized-pd", 1)]
+        if "ipopt" in args.measures:
+            rc, wall, rss, tail = _peak_rss_child(
+                _worker_cmd("ipopt", {**job, "time_limit": args.timeout}), args.timeout + 60)
+            record("ipopt", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
+        for kind, method, ranks in methods:
+            if kind not in args.measures:
+                continue
+            sol = path.with_name(path.stem + f"-{kind}-{ranks}.json")
+            cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method,
+                   "--out", str(sol)]
+            if kind in ("cpd", "dec5") and args.cpd_outer:  # per-iteration timing runs
+                cmd += ["--max-outer", str(args.cpd_outer)]
+            if ranks > 1:
+                cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--backend", "mpi"]
+            if sol.exists():
+                sol.unlink()
+            rc, wall, rss, tail = _peak_rss_child(cmd, args.timeout)
+            extra = _summary_from_solution(str(sol), str(path)) if rc == 0 and sol.exists() \
+                else {}
+            record(kind, ranks, rc, wall, rss, extra, tail)
+    return pd.DataFrame(rows)
+
+
+def _parse_worker(tail: str) -> dict:
+    line = [x for x in tail.splitlines() if x.startswith("##")]
+    return json.loads(line[-1][2:]) if line else {}
+
+
+def figure(df: pd.DataFrame, path: Path) -> Path:
+    plt = common.plt()
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    ok = df[(df.rc == 0) & df.vars_block.notna()]
+    for (kind, ranks), g in ok.groupby(["measure", "ranks"]):
+        if kind in ("gen", "floor"):
+            continue
+        label = {"dec": f"decentralized, {ranks} rank(s)", "dec5": "decentralized (5 outer)",
+                 "cpd": "centralized-pd (5 outer)", "ipopt": "one Ipopt solve (greedy-rate)"}[kind]
+        if kind in ("dec", "ipopt"):
+            ax[0].loglog(g.vars_block, g.wall_s, "o-", label=label)
+        if kind in ("dec5", "cpd") and "s_per_inner" in g and g.s_per_inner.notna().any():
+            ax[1].loglog(g.vars_block, g.s_per_inner, "o-", label=f"{label}: per inner it.")
+            ax[1].loglog(g.vars_block, g.s_per_outer, "s:", label=f"{label}: per outer it.")
+    fl = ok[ok.measure == "floor"]
+    if "floor_s" in fl and fl.floor_s.notna().any():
+        ax[1].loglog(fl.vars_block, fl.floor_s, "k--", label="floor: 1 linearisation + 1 projection")
+    ax[0].set(xlabel="variables of P (block form)", ylabel="wall time (s)",
+              title="time to a binary solution")
+    ax[1].set(xlabel="variables of P (block form)", ylabel="seconds", title="per iteration")
+    for a in ax:
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    return common.save_fig(fig, path)
+
+
+
+
+def main(argv=None) -> int:
+    ap = common.parser(__doc__)
+    ap.add_argument("--sizes", default=None, help=f"UES/BSS/DCS list (default {SIZES})")
+    ap.add_argument("--reach", type=int, default=5, help="links per UE beyond the paper size")
+    ap.add_argument("--ranks", default="1,2", help="rank counts of the decentralised runs")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
+    ap.add_argument("--cpd-outer", type=int, default=5,
+                    help="outer iterations of the timing runs `cpd` (centralized-pd) and `dec5` "
+                         "(decentralized): their per-iteration times are what counts")
+    ap.add_argument("--measures", default="floor,dec,dec5,cpd,ipopt",
+                    help="which measurements after `gen` (default: floor,dec,dec5,cpd,ipopt)")
+    ap.add_argument("--worker", nargs=2, metavar=("KIND", "JOB"), help=argparse_hidden())
+    args = ap.parse_args(argv)
+    if args.worker:
+        kind, job = args.worker
+        print("##" + json.dumps(WORKERS[kind](json.loads(job))), flush=True)
+        return 0
+    args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    args.ranks = [int(x) for x in str(args.ranks).split(",")]
+    args.measures = set(args.measures.split(","))
+    df = measure(args)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / "scale.csv"
+    common.write_csv(df, csv)
+    print(f"wrote {csv}")
+    print(f"wrote {figure(df, out / 'scale.png')}")
+    return 0
+
+
+def argparse_hidden():
+    import argparse
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

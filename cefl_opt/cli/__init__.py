@@ -1,0 +1,174 @@
+"""The ``cefl-opt`` command line (console script ``cefl-opt = cefl_opt.cli:main``).
+
+One module per command, each with ``register(subparsers)`` adding its parser whose ``func`` is a
+handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evaluate``, ``train``
+and ``estimate`` (``learning``), ``run``. A handler checks every argument before any work.
+
+One error policy, for every command (the README lists it):
+
+======  =========================================================================================
+status  meaning
+======  =========================================================================================
+0       success
+1       ``evaluate``: the solution is infeasible
+2       bad input: a usage error, an option out of range, a malformed or unreadable file, an
+        unwritable output (any :class:`cefl_opt.io.InputError` or ``OSError``)
+3       ``solve``: the instance is infeasible (no solution written)
+4       ``solve``: no solution (time limit, solver failure; nothing written)
+70      an internal error (a bug): one line naming the exception
+130     interrupted (Ctrl-C)
+======  =========================================================================================
+
+Every failure is one line ``cefl-opt: error: <message>`` on stderr, never a traceback (set
+``CEFL_OPT_DEBUG=1`` to get it), and leaves no output file behind: outputs are written
+atomically (:mod:`cefl_opt.io`), the last step of a command.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import math
+import os
+import signal
+import sys
+from typing import Callable, Sequence
+
+from ..io import InputError
+
+PROG = "cefl-opt"
+EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 4, 70, 130
+
+# command word -> module of this package that registers it; a known command loads only its own
+# module (`network` and `evaluate` never import torch), help and usage errors load all.
+COMMANDS = {"network": "network", "solve": "solve", "evaluate": "evaluate", "train": "learning",
+            "estimate": "learning", "run": "run"}
+
+
+class OptionError(InputError):
+    """A command-line option with a bad value; the message names the option and the value."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors raised as OptionError (one line, exit 2) instead of exit."""
+
+    def error(self, message: str):
+        raise OptionError(f"{message} (see '{self.prog} --help')")
+
+
+# ---------------------------------------------------------------------- option types
+def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+           integer: bool = False) -> Callable[[str], float | int]:
+    """An argparse type: a finite number (an integer if `integer`) with lo <= x (lo < x when
+    `lo_open`) and x <= hi; a bad value is a usage error naming the option and the value."""
+    want = "an integer" if integer else "a finite number"
+    rng = [f"{'>' if lo_open else '>='} {lo:g}" if lo is not None else "",
+           f"<= {hi:g}" if hi is not None else ""]
+    text = f"must be {want}" + (" " + " and ".join(r for r in rng if r) if any(rng) else "")
+
+    def parse(s: str):
+        try:
+            v = int(s) if integer else float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text}, got {s!r}") from None
+        if not math.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo)) \
+                or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{text}, got {s!r}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+POSITIVE = number(lo=0, lo_open=True)
+COUNT = number(lo=1, integer=True)           # a count of at least one
+SEED = number(lo=0, integer=True)
+
+
+def add_inputs(p: argparse.ArgumentParser, solution: str | None = None) -> None:
+    """The positional input files: the instance `net` and, when `solution` (its help) is
+    given, the solution `sol`."""
+    from ..instance import FORMAT_TAG
+    p.add_argument("net", help=f"instance JSON ({FORMAT_TAG}; format 1 files load too)")
+    if solution is not None:
+        p.add_argument("sol", help=solution)
+
+
+# ---------------------------------------------------------------------- parser
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with the sub-commands of `commands` (all by default)."""
+    parser = _Parser(
+        prog=PROG, description="Optimisation-modelling toolkit for CE-FL (cooperative edge-assisted "
+                               "dynamic federated learning with a floating aggregation point). "
+                               "Exit status: 0 ok, 1 evaluate: infeasible, 2 bad input, 3 solve: "
+                               "infeasible instance, 4 solve: no solution, 70 internal error, "
+                               "130 interrupted.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = list(COMMANDS) if commands is None else list(commands)
+    for modname in dict.fromkeys(COMMANDS[c] for c in wanted):
+        importlib.import_module(f"{__name__}.{modname}").register(sub)
+    return parser
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+# ---------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    word = _command_word(argv)
+    debug = bool(os.environ.get("CEFL_OPT_DEBUG"))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        if not debug and previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
+        parser = build_parser([word] if word in COMMANDS else None)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        return int(args.func(args) or 0)
+    except (InputError, ValueError, OSError) as e:
+        if debug:
+            raise
+        return _fail(_message(e), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        logging.disable(logging.NOTSET)
+        sys.unraisablehook = sys.__unraisablehook__
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the policy: one line, never a traceback
+        if debug:
+            raise
+        from ..solvers.base import SolverError
+        if isinstance(e, SolverError):
+            return _fail(_message(e), EXIT_NO_SOLUTION)
+        return _fail(f"internal error: {type(e).__name__}: {_message(e)} (set CEFL_OPT_DEBUG=1 "
+                     f"for the traceback)", EXIT_INTERNAL)
+    finally:
+        if signal.getsignal(signal.SIGINT) is _interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt(signum, frame):
+    """Ctrl-C: silence what an interrupted solver would log or print on its way out (Pyomo's
+    logged traceback, exceptions raised inside solver callbacks), then interrupt."""
+    logging.disable(logging.CRITICAL)
+    sys.unraisablehook = lambda *_: None
+    raise KeyboardInterrupt
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"cannot access '{e.filename}': {e.strerror or e}"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

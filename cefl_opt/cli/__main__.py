@@ -1,0 +1,6 @@
+"""``python -m cefl_opt.cli``: the ``cefl-opt`` command."""
+import sys
+
+from . import main
+
+sys.exit(main())

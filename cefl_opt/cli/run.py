@@ -1,0 +1,130 @@
+"""``cefl-opt run``: the main job (instance -> solvers -> training -> report; `cefl_opt.pipeline`).
+
+Every argument is checked, and the data set loaded, before any solve. The report is written into
+a temporary folder beside ``--out`` and moved into place only when the run succeeds, so a failed
+or interrupted run leaves no report folder (and no file in an existing one) behind.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..io import InputError
+from . import COUNT, SEED, OptionError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..pipeline import DEFAULT_METHODS, __doc__ as doc
+    p = sub.add_parser("run", help="the main job: instance -> solvers -> training -> report",
+                       description=doc)
+    p.add_argument("--out", default="results/run", help="report folder")
+    p.add_argument("--preset", default="paper")
+    p.add_argument("--rounds", type=COUNT, default=3, help="rounds T of the instance")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--methods", default=None,
+                   help="comma-separated solve methods (see `cefl-opt solve --help`); default: "
+                        + ",".join(DEFAULT_METHODS))
+    p.add_argument("--dataset", default="fmnist")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--train-rounds", type=COUNT, default=30, help="training rounds per method")
+    p.add_argument("--targets", default="0.6,0.7,0.8")
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--cache-dir", default="results/cache",
+                   help="where measured ML constants are cached (default results/cache)")
+    p.add_argument("--placeholder-constants", action="store_true",
+                   help="keep the preset's placeholder ML constants (L = Theta = sigma = 1) "
+                        "instead of measuring them on the data set")
+    p.set_defaults(func=run_main)
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """Check every argument of `run` (no work done); return the solve methods to run."""
+    from ..generator import PRESETS, check_size
+    from ..pipeline import DEFAULT_METHODS
+    from ..solvers.base import methods as known_methods
+    from .learning import parse_targets
+    if args.preset not in PRESETS:
+        raise OptionError(f"option '--preset' value {args.preset!r} is not one of "
+                          f"{sorted(PRESETS)}")
+    check_size(**{**PRESETS[args.preset], "rounds": args.rounds})
+    avail = known_methods()
+    meths = (list(DEFAULT_METHODS) if args.methods is None
+             else [m.strip() for m in args.methods.split(",") if m.strip()])
+    missing = [m for m in meths if m not in avail]
+    if missing or not meths:
+        raise OptionError(f"option '--methods' value {args.methods!r} names unknown method(s) "
+                          f"{missing}: choose from {sorted(avail)}")
+    if not (args.skip_training and args.placeholder_constants):  # the data set is used
+        from ..learning.data import DATASETS
+        from ..learning.models import MODELS
+        for option, value, choices in (("--dataset", args.dataset, DATASETS),
+                                       ("--model", args.model, MODELS)):
+            if value not in choices:
+                raise OptionError(f"option '{option}' value {value!r} is not one of "
+                                  f"{list(choices)}")
+        args.target_list = parse_targets(args.targets)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"option '--out' value '{out}' exists and is not a folder")
+    return meths
+
+
+def run_main(args: argparse.Namespace) -> int:
+    from ..pipeline import run_pipeline
+    meths = check_args(args)
+    data = None
+    if not (args.skip_training and args.placeholder_constants):
+        from ..learning.data import load_dataset
+        data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    out = Path(args.out)
+    created = _first_missing(out.parent)          # a folder this run creates above --out
+    _check_creatable(out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    ok = False
+    try:
+        run_pipeline(stage, preset=args.preset, rounds=args.rounds, seed=args.seed,
+                     methods=meths, data=data, dataset=args.dataset,
+                     train=not args.skip_training, train_rounds=args.train_rounds,
+                     targets=getattr(args, "target_list", None), model=args.model,
+                     measure=not args.placeholder_constants, cache_dir=args.cache_dir)
+        _move_into_place(stage, out)
+        ok = True
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if not ok and created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The topmost ancestor of `folder` (itself included) that does not exist, or None."""
+    missing = None
+    for p in (folder, *folder.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _check_creatable(folder: Path) -> None:
+    p = folder
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        raise InputError(f"option '--out': folder '{folder}' cannot be created in '{p}'")
+
+
+def _move_into_place(stage: Path, out: Path) -> None:
+    """`stage`'s files into `out`: a rename of the folder when `out` does not exist, else file
+    by file (each a rename, so each file is whole)."""
+    if not out.exists():
+        os.replace(stage, out)
+        return
+    for f in stage.iterdir():
+        os.replace(f, out / f.name)

@@ -1,0 +1,88 @@
+"""``cefl-opt solve``: run a named method on an instance and write the solution format.
+
+Order of work: every option is checked (ranges, an output that is one of the inputs, writable
+outputs), then the instance is loaded and solved, then the solution is written atomically and,
+last, the ``--trace`` CSV is moved into place (it is written to a temporary file in the target
+folder during the solve and removed when no solution is written).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..instance import Instance
+from ..io import check_distinct, check_writable, write_atomic
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, add_inputs
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..solvers.base import add_method_flags, methods
+
+    descs = methods()
+    p = sub.add_parser("solve", help="solve Problem P on an instance",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Solve P with a named method. Exit 0: a feasible solution was "
+                                   "written; 3: the instance is infeasible; 4: no solution "
+                                   "(time limit or solver failure); 2: bad input.\n\nmethods:\n"
+                                   + "\n".join(f"  {k:20s} {v}" for k, v in descs.items())
+                                   + "\n\nEach method option below lists the methods that "
+                                     "take it; giving it to another method is an error.")
+    add_inputs(p)
+    p.add_argument("--method", required=True, choices=sorted(descs))
+    p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
+    # the method options: one flag per field of the methods' options dataclasses
+    # (`cefl_opt.solvers.options`); `--trace` is written after the solution, or not at all
+    add_method_flags(p.add_argument_group("method options"))
+    p.set_defaults(func=run_solve)
+
+
+def run_solve(args: argparse.Namespace) -> int:
+    from .. import system
+    from ..solvers.base import SolutionStatus, TerminationCondition, solve
+
+    from ..solvers.base import options_from_namespace
+
+    opts = options_from_namespace(args)
+    trace = getattr(opts, "trace_path", None)
+    check_distinct([("--out", args.out), ("--trace", trace)], [args.net])
+    for option, path in (("--out", args.out), ("--trace", trace)):
+        if path is not None:
+            check_writable(path, option)
+    inst = Instance.load(args.net)
+    tmp_trace = _temp_file() if trace else None
+    try:
+        if tmp_trace is not None:
+            opts = opts.replace(trace_path=tmp_trace)
+        res = solve(inst, args.method, opts)
+        print(res.summary())
+        if res.termination_condition == TerminationCondition.provenInfeasible:
+            for why in res.info.get("reasons", []):
+                print(f"  infeasible: {why}", file=sys.stderr)
+            print("no solution written: the instance is infeasible", file=sys.stderr)
+            return EXIT_INFEASIBLE_INSTANCE
+        if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
+                                                           SolutionStatus.infeasible):
+            print(f"no solution written: {res.status}", file=sys.stderr)
+            return EXIT_NO_SOLUTION
+        ev = system.evaluate(inst, res.solution, bound=opts.bound)
+        res.solution.objective, res.solution.terms = ev.objective, ev.terms
+        res.solution.save(args.out)
+        print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound "
+              f"{ev.terms['ml_bound']:.6g}, delay {ev.terms['delay']:.6g} s, energy "
+              f"{ev.terms['energy']:.6g} J)")
+        if tmp_trace is not None and os.path.getsize(tmp_trace):
+            write_atomic(trace, Path(tmp_trace).read_bytes())
+            print(f"wrote {trace}")
+        return EXIT_OK
+    finally:
+        if tmp_trace is not None and os.path.exists(tmp_trace):
+            os.unlink(tmp_trace)
+
+
+def _temp_file() -> str:
+    """A new empty temporary file (the solver's trace goes there until the solution is saved)."""
+    fd, tmp = tempfile.mkstemp(prefix="cefl-opt-trace.", suffix=".csv")
+    os.close(fd)
+    return tmp

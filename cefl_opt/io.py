@@ -1,0 +1,130 @@
+"""The one place where cefl-opt reads JSON input and writes output files.
+
+* :class:`InputError`: bad input from a user (a file, an option, an argument of the Python API).
+  Its message names the field or option and the value. The command line turns it into exit
+  status 2 and one line on stderr; ``InstanceError``, the solution format's errors and option
+  errors derive from it.
+* :func:`read_json`: JSON with the failures of hostile files turned into ``InputError``
+  (nesting too deep, integer literals too large for a float, not UTF-8, not JSON).
+* :func:`write_atomic` and its wrappers for JSON, CSV and PNG: every output is written to a
+  temporary file in the target folder and renamed over the target, so a reader never sees a
+  partly written file and a failure leaves nothing behind.
+* :func:`check_writable` and :func:`check_distinct`: the checks the commands run on an output
+  path before any work.
+"""
+from __future__ import annotations
+
+import io as _io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+# An integer literal with more digits than this is read as a float (inf when out of range), so
+# that a huge literal becomes a non-finite value that the format checks name, not an
+# OverflowError (or Python's 4300-digit limit) deep inside numpy.
+MAX_INT_DIGITS = 18
+
+
+class InputError(ValueError):
+    """Bad user input; the message names the field or option and the offending value."""
+
+
+# ---- reading --------------------------------------------------------------------------------
+def _parse_int(text: str) -> int | float:
+    return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else float(text)
+
+
+def read_json(path: str | Path, *, what: str) -> Any:
+    """Parse the JSON file `path` (a `what`: 'instance', 'solution', ...) or raise InputError."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{what} file '{p}' does not exist")
+    try:
+        return json.loads(p.read_bytes().decode("utf-8"), parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} file '{p}' is not valid JSON: {e.msg} at line {e.lineno} "
+                         f"column {e.colno}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} file '{p}' is not UTF-8 text") from None
+    except RecursionError:
+        raise InputError(f"{what} file '{p}' is nested too deeply to be a {what}") from None
+
+
+# ---- writing --------------------------------------------------------------------------------
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 -> the usual permissions
+        with (os.fdopen(fd, "wb") if isinstance(data, bytes)
+              else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
+            fh.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    """JSON (indent 1) written atomically."""
+    return write_atomic(path, json.dumps(data, indent=1))
+
+
+def write_csv_atomic(df, path: str | Path) -> Path:
+    """A pandas DataFrame as CSV (no index) written atomically."""
+    return write_atomic(path, df.to_csv(index=False))
+
+
+def write_png_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
+    """A matplotlib figure as PNG written atomically (the figure is not closed)."""
+    buf = _io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    return write_atomic(path, buf.getvalue())
+
+
+# ---- checks before any work ----------------------------------------------------------------
+def check_writable(path: str | Path, option: str) -> None:
+    """Raise InputError (naming `option`) unless a file can be created at `path`: its nearest
+    existing ancestor is a writable folder and `path` itself is not a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"option '{option}' value '{p}' is a folder, not a file")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise InputError(f"option '{option}' value '{p}' is not writable")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"option '{option}' value '{p}': '{parent}' is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"option '{option}' value '{p}': folder '{parent}' is not writable")
+
+
+def check_distinct(outputs: Iterable[tuple[str, str | Path | None]],
+                   inputs: Iterable[str | Path | None]) -> None:
+    """Raise InputError when an output (option, path) is one of the inputs or another output."""
+    seen: dict[str, str] = {}
+    ins = {_key(p) for p in inputs if p is not None}
+    for option, path in outputs:
+        if path is None:
+            continue
+        k = _key(path)
+        if k in ins:
+            raise InputError(f"option '{option}' value '{path}' is one of the input files; "
+                             f"choose another output")
+        if k in seen:
+            raise InputError(f"option '{option}' value '{path}' is also the value of "
+                             f"'{seen[k]}'")
+        seen[k] = option
+
+
+def _key(path: str | Path) -> str:
+    return os.path.realpath(os.path.abspath(os.fspath(path)))

@@ -1,0 +1,266 @@
+"""MPI backend of the decentralised solver's message passing (`solvers.dec_comm`), issue 11 item 3.
+
+`MpiComm` implements `dec_comm.Comm` over mpi4py: the network nodes are partitioned over the
+ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph neighbours stay
+together, the parts' work is balanced), each rank holds and computes its own nodes only
+(`local_nodes`), and messages between nodes on different ranks travel over a
+distributed-graph communicator whose edges are the rank pairs that share a graph edge
+(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange round). Messages between
+nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
+
+Layout. Every rank builds the same relay plans (deterministic) and keeps full-length entry
+arrays; only the entries of its own nodes are meaningful. `broadcast` returns an entry array
+in which every entry of a quantity that reaches one of this rank's nodes holds the root value
+(the value is the same at every entry of a quantity), the others NaN; `reduce` returns the
+(Q,) sums (or maxima) at the roots this rank owns (others NaN). The message layout of a level is
+implied by the plan (same order on both sides), so only payload floats travel.
+
+Accounting. Each rank charges the messages its own nodes send, exactly as `LocalComm` does;
+`snapshot` (collective: every rank calls it) sums the per-node counters over the ranks, so
+every rank returns the same per-node numbers as the local backend.
+
+Running it. `mpiexec -n R ...` (a host file extends this across machines: `mpiexec -f hosts
+-n R ...`). Outside mpiexec (no process manager in the environment and a world of one
+rank) `mpi_world()` raises `MpiUnavailable`; more ranks than nodes raise `ValueError` on every
+rank before any collective call, so no rank waits for another.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from .dec_comm import Comm, RelayPlan
+
+__all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_work", "partition_nodes",
+           "under_mpiexec"]
+
+_PM_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD",
+            "MPI_LOCALNRANKS")
+
+
+class MpiUnavailable(ValueError):
+    """`--backend mpi` without an MPI launch (or without mpi4py)."""
+
+
+def under_mpiexec() -> bool:
+    """True when a process manager (mpiexec / mpirun / srun) started this process."""
+    return any(k in os.environ for k in _PM_VARS)
+
+
+def mpi_world():
+    """MPI.COMM_WORLD of a real MPI launch; MpiUnavailable otherwise (never a hang)."""
+    if not under_mpiexec():
+        raise MpiUnavailable("option '--backend mpi' needs an MPI launch: run it as "
+                             "`mpiexec -n R cefl-opt solve ... --backend mpi` (R ranks; "
+                             "`mpiexec -n 1` for one rank)")
+    try:
+        from mpi4py import MPI
+    except ImportError as e:  # pragma: no cover - mpi4py is a dependency
+        raise MpiUnavailable(f"option '--backend mpi' needs mpi4py: {e}") from None
+    return MPI.COMM_WORLD
+
+
+# ---------------------------------------------------------------------- partition
+def node_work(inst) -> np.ndarray:
+    """Work of each node (ue*, bs*, dc* order): the number of variables its block holds in the
+    block form of P (SPEC §4: own variables and copies, per round), which sets the cost of its
+    linearisation, projection and dual updates."""
+    T, N, B, S = inst.T, inst.N, inst.B, inst.S
+    nl = np.array([len(x) for x in inst.ue_links()])
+    nb = np.array([len(x) for x in inst.bs_links()])
+    ue = T * (3 + 3 * nl + S + 1) + 2
+    bs = T * (2 * nb + 3 * S + 3)
+    dc = T * (nl.sum() + 2 * B + S + 7) + 2
+    return np.concatenate([ue, bs, np.full(S, dc)]).astype(np.int64)
+
+
+def partition_nodes(adj: Sequence[np.ndarray], nparts: int,
+                    weights: np.ndarray | None = None) -> np.ndarray:
+    """Rank of every node: METIS k-way partition of the communication graph (pymetis) that
+    keeps graph neighbours together (minimal edge cut) and balances the summed `weights`
+    (default: one per node). Every part gets at least one node. Deterministic."""
+    V = len(adj)
+    if nparts < 1:
+        raise ValueError(f"number of ranks must be >= 1, got {nparts}")
+    if nparts > V:
+        raise ValueError(f"{nparts} MPI ranks for {V} network nodes: use at most {V} ranks "
+                         f"(each rank needs at least one node)")
+    if nparts == 1:
+        return np.zeros(V, dtype=np.int64)
+    import pymetis
+    w = np.ones(V, dtype=np.int64) if weights is None else np.asarray(weights, np.int64)
+    opts = pymetis.Options(seed=0)
+    _cut, parts = pymetis.part_graph(nparts, adjacency=[a.tolist() for a in adj],
+                                     vweights=w.tolist(), options=opts)
+    parts = np.asarray(parts, dtype=np.int64)
+    # METIS may leave a part empty on tiny graphs: give it the lightest node of the largest part
+    for r in range(nparts):
+        if not (parts == r).any():
+            load = np.bincount(parts, weights=w, minlength=nparts)
+            big = int(np.argmax(np.where(np.bincount(parts, minlength=nparts) > 1, load, -1)))
+            cand = np.flatnonzero(parts == big)
+            parts[cand[np.argmin(w[cand])]] = r
+    return parts
+
+
+# ---------------------------------------------------------------------- communicator
+class MpiComm(Comm):
+    """`Comm` over MPI ranks (module docstring)."""
+
+    backend = "mpi"
+
+    def __init__(self, graph, node_names: Sequence[str], *, world=None,
+                 weights: np.ndarray | None = None):
+        super().__init__(graph, node_names)           # adjacency + connectivity, every rank
+        self.world = mpi_world() if world is None else world
+        self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
+        V = self.n_nodes
+        if self.size > V:  # every rank sees the same sizes: all raise, none waits
+            raise ValueError(f"{self.size} MPI ranks for {V} network nodes: use at most {V} "
+                             f"ranks (each rank needs at least one node)")
+        parts = partition_nodes(self.adj, self.size, weights) if self.rank == 0 else None
+        self.owner = np.asarray(self.world.bcast(parts, root=0), dtype=np.int64)
+        self._local = np.flatnonzero(self.owner == self.rank)
+        self.is_local = self.owner == self.rank
+        nbr = sorted({int(self.owner[b]) for a in self._local for b in self.adj[a]}
+                     - {self.rank})
+        self.nbr_ranks = nbr
+        self._slot = {r: i for i, r in enumerate(nbr)}
+        self.gcomm = self.world.Create_dist_graph_adjacent(nbr, nbr, reorder=False)
+        self._plans: dict[int, list] = {}
+
+    def local_nodes(self) -> np.ndarray:
+        return self._local
+
+    # ---------------------------------------------------------------- transport
+    def _alltoallv(self, chunks: list[np.ndarray], recv_counts: list[int]) -> list[np.ndarray]:
+        """One neighbourhood round: chunks[i] to nbr_ranks[i]; returns what each sent us."""
+        from mpi4py import MPI
+        send = (np.concatenate(chunks) if chunks else np.zeros(0)).astype(np.float64)
+        scounts = [int(c.size) for c in chunks]
+        recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
+        if self.nbr_ranks:
+            self.gcomm.Neighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
+                                          [recv, (recv_counts, None), MPI.DOUBLE])
+        offs = np.concatenate([[0], np.cumsum(recv_counts)]).astype(int)
+        return [recv[offs[i]:offs[i + 1]] for i in range(len(recv_counts))]
+
+    def exchange(self, outboxes):
+        """One synchronous round (collective over the rank graph). `outboxes` holds messages of
+        this rank's nodes; the inboxes of this rank's nodes come back."""
+        for a in outboxes:
+            if not self.is_local[a]:
+                raise ValueError(f"rank {self.rank} sends for {self.node_names[a]}, a node of "
+                                 f"rank {self.owner[a]}")
+        self._check_and_count(outboxes)
+        inbox: dict[int, dict[int, np.ndarray]] = {}
+        remote: list[list[float]] = [[] for _ in self.nbr_ranks]
+        for a, box in outboxes.items():
+            for b, payload in box.items():
+                p = np.asarray(payload, dtype=float).ravel()
+                if self.is_local[b]:
+                    inbox.setdefault(b, {})[a] = p.copy()
+                else:  # header (from, to, length) then the payload, all float64
+                    remote[self._slot[int(self.owner[b])]].extend([a, b, p.size, *p.tolist()])
+        chunks = [np.asarray(x, float) for x in remote]
+        counts = self._counts([c.size for c in chunks])
+        for buf in self._alltoallv(chunks, counts):
+            i = 0
+            while i < buf.size:
+                a, b, n = int(buf[i]), int(buf[i + 1]), int(buf[i + 2])
+                inbox.setdefault(b, {})[a] = buf[i + 3:i + 3 + n].copy()
+                i += 3 + n
+        return inbox
+
+    def _counts(self, send_counts: list[int]) -> list[int]:
+        """Exchange the message sizes with the neighbour ranks (one integer each way)."""
+        if not self.nbr_ranks:
+            return []
+        from mpi4py import MPI
+        s = np.asarray(send_counts, dtype=np.int64)
+        r = np.empty(len(self.nbr_ranks), dtype=np.int64)
+        self.gcomm.Neighbor_alltoall([s, MPI.INT64_T], [r, MPI.INT64_T])
+        return r.tolist()
+
+    # ---------------------------------------------------------------- collectives
+    def _routes(self, plan: RelayPlan) -> list:
+        """Per level (parent entries pe, child entries ce): the local edges and, per neighbour
+        rank, the edges whose parent is ours and child theirs (down) or the reverse (up)."""
+        key = id(plan)
+        if key in self._plans and self._plans[key][0] is plan:
+            return self._plans[key][1]
+        routes = []
+        for pe, ce in plan.levels:
+            po, co = self.owner[plan.entry_node[pe]], self.owner[plan.entry_node[ce]]
+            me = self.rank
+            loc = (po == me) & (co == me)
+            p_me_c = [np.flatnonzero((po == me) & (co == r)) for r in self.nbr_ranks]
+            c_me_p = [np.flatnonzero((co == me) & (po == r)) for r in self.nbr_ranks]
+            routes.append((pe, ce, np.flatnonzero(loc), p_me_c, c_me_p))
+        self._plans[key] = (plan, routes)
+        return routes
+
+    def _charge(self, msgs: np.ndarray, nbytes: np.ndarray) -> None:
+        self.msgs[self._local] += msgs[self._local]
+        self.bytes[self._local] += nbytes[self._local]
+
+    def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """Entry array: this rank's entries hold their quantity's root value, others NaN."""
+        self._charge(plan.down_msgs, plan.down_bytes)
+        vals = np.full(len(plan.entry_q), np.nan)
+        roots = plan.root_entry
+        mine = self.is_local[plan.entry_node[roots]]
+        vals[roots[mine]] = np.asarray(root_values, float)[mine]
+        for pe, ce, loc, down, up in self._routes(plan):
+            vals[ce[loc]] = vals[pe[loc]]
+            got = self._alltoallv([vals[pe[ix]] for ix in down], [ix.size for ix in up])
+            for ix, buf in zip(up, got):
+                vals[ce[ix]] = buf
+        known = np.full(plan.n_quantities, np.nan)
+        mine = self.is_local[plan.entry_node]
+        known[plan.entry_q[mine]] = vals[mine]
+        return known[plan.entry_q]
+
+    def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
+        """(Q,) sums (op='sum') or maxima (op='max') over each quantity's tree, at the roots
+        this rank owns (NaN at the others)."""
+        if op not in ("sum", "max"):
+            raise ValueError(f"reduce op {op!r}: expected 'sum' or 'max'")
+        self._charge(plan.up_msgs, plan.up_bytes)
+        comb = np.add.at if op == "sum" else np.maximum.at
+        part = np.asarray(entry_values, float).copy()
+        for pe, ce, loc, down, up in reversed(self._routes(plan)):
+            comb(part, pe[loc], part[ce[loc]])
+            got = self._alltoallv([part[ce[ix]] for ix in up], [ix.size for ix in down])
+            for ix, buf in zip(down, got):
+                comb(part, pe[ix], buf)
+        out = part[plan.root_entry]
+        out[~self.is_local[plan.entry_node[plan.root_entry]]] = np.nan
+        return out
+
+    # ---------------------------------------------------------------- accounting
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-node (messages, bytes) since the last snapshot, summed over the ranks
+        (collective); resets the counters."""
+        from mpi4py import MPI
+        m, b = np.empty_like(self.msgs), np.empty_like(self.bytes)
+        self.world.Allreduce([self.msgs, MPI.INT64_T], [m, MPI.INT64_T])
+        self.world.Allreduce([self.bytes, MPI.INT64_T], [b, MPI.INT64_T])
+        self.total_msgs += int(m.sum())
+        self.total_bytes += int(b.sum())
+        self.msgs[:] = 0
+        self.bytes[:] = 0
+        return m, b
+
+    def gather_to_root(self, values: dict[int, object]) -> dict[int, object] | None:
+        """Rank 0 collects every rank's per-node results {node: value} (for writing the
+        solution); None on the other ranks."""
+        parts = self.world.gather(values, root=0)
+        if self.rank != 0:
+            return None
+        out: dict[int, object] = {}
+        for p in parts:
+            out.update(p)
+        return out

@@ -1,0 +1,116 @@
+"""MPI backend of the decentralised message passing (`solvers/mpi_backend.py`, issue 11 item 3).
+
+The MPI runs are subprocesses of `mpiexec` (from the venv, next to the interpreter) with a
+timeout, so a hang fails the test instead of blocking the suite. Truth: `LocalComm` (all nodes in
+one process) computes the same inboxes, broadcasts, reductions and per-node message counts.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers.dec_comm import graph_adjacency
+from cefl_opt.solvers.mpi_backend import (MpiUnavailable, mpi_world, node_work,
+                                          partition_nodes)
+
+HERE = Path(__file__).parent
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
+
+
+def _adj(inst):
+    return graph_adjacency(inst.graph(), inst.node_names())
+
+
+def _cut(adj, parts):
+    return sum(int(parts[a] != parts[b]) for a in range(len(adj)) for b in adj[a]) // 2
+
+
+@pytest.mark.parametrize("nparts", [2, 3, 4])
+def test_partition_keeps_neighbours_together_and_balances_work(nparts):
+    inst = make_instance("paper", ues=200, bss=40, dcs=10, rounds=2, reach=5, seed=2)
+    adj = _adj(inst)
+    w = node_work(inst)
+    parts = partition_nodes(adj, nparts, w)
+    load = np.bincount(parts, weights=w, minlength=nparts)
+    assert (np.bincount(parts, minlength=nparts) > 0).all()
+    # balanced up to one node's work (METIS moves whole nodes)
+    assert load.max() <= load.sum() / nparts * 1.03 + w.max()
+    # neighbours together: far fewer cut edges than a random balanced assignment
+    rnd = np.random.default_rng(0).permutation(np.arange(len(adj)) % nparts)
+    assert _cut(adj, parts) < 0.4 * _cut(adj, rnd)
+    assert np.array_equal(parts, partition_nodes(adj, nparts, w))  # deterministic
+
+
+def test_partition_refuses_more_ranks_than_nodes_and_fills_every_part():
+    inst = make_instance("tiny", seed=0)
+    adj = _adj(inst)
+    with pytest.raises(ValueError, match="6 MPI ranks for 5 network nodes"):
+        partition_nodes(adj, 6)
+    parts = partition_nodes(adj, 5)
+    assert sorted(parts.tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_node_work_counts_the_block_variables():
+    """node_work equals the number of variables of each node block of the Pyomo model."""
+    from cefl_opt.models import build_problem, node_blocks, node_variables
+    inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, reach=2, seed=1)
+    m = build_problem(inst)
+    got = [len(node_variables(b)) for b in node_blocks(m).values()]
+    assert node_work(inst).tolist() == got
+
+
+def test_backend_mpi_outside_mpiexec_is_refused(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith(("PMI", "PMIX", "OMPI_", "HYDRA", "MPI_LOCAL")):
+            monkeypatch.delenv(k)
+    with pytest.raises(MpiUnavailable, match="mpiexec -n R"):
+        mpi_world()
+
+
+def _mpirun(n, *args, timeout=240):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "HYDRA"))}
+    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable,
+                           str(HERE / "mpi" / "comm_check.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("case", [["tiny"], ["paper"],
+                                  ["paper", "--ues", "60", "--bss", "12", "--dcs", "4",
+                                   "--reach", "3"]])
+def test_mpi_comm_equals_local_comm(ranks, case):
+    p = _mpirun(ranks, *case)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"ranks {ranks}," in p.stdout and "OK" in p.stdout
+
+
+@needs_mpiexec
+def test_more_ranks_than_nodes_exits_2_without_hanging():
+    p = _mpirun(6, "tiny", timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "6 MPI ranks for 5 network nodes" in p.stderr
+
+
+def test_bench_scale_generation_only(tmp_path):
+    """benchmarks/bench_scale.py end to end with generation only (the solves are measured by
+    the benchmark itself): one row per size, block-form variables as `node_work` counts them."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale", "--sizes",
+                        "8/3/2,30/8/3", "--reach", "2", "--measures", "none", "--out-dir",
+                        str(tmp_path)], cwd=HERE.parent, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    import pandas as pd
+    df = pd.read_csv(tmp_path / "scale.csv")
+    assert df.measure.tolist() == ["gen", "gen"] and (df.rc == 0).all()
+    big = make_instance("paper", ues=30, bss=8, dcs=3, rounds=2, reach=2, seed=0)
+    assert df.vars_block.tolist()[1] == int(node_work(big).sum())
+    assert df.links.tolist() == [8 * 3, 30 * 2]   # 8/3/2 is below the paper size: every link
+    assert (tmp_path / "scale.png").stat().st_size > 0
