@@ -81,11 +81,15 @@ def test_centralised_vs_decentralised(tmp_path):
     out = run_example("centralised_vs_decentralised.py", tmp_path)
     for m in ("ipopt-enum", "scip", "decentralized", "centralized-pd"):
         assert f"method={m} " in out, m
-    # decentralized-polish: solved, or said to be missing from this build
-    assert ("method=decentralized-polish " in out
-            or "decentralized-polish: not available in this build" in out)
+    assert "method=decentralized-polish " in out
     assert re.search(r"^\s*method\s+status\s+objective\s+wall_s\s+outer_it\s+msgs_per_node",
                      out, re.M)
+    # the decentralised method counts its messages and takes no central step; centralized-pd
+    # sends none; the polish names its two central steps
+    row = re.search(r"^\s*decentralized \S+ +[\d.]+ +[\d.]+ +\d+ +([\d.e+]+) +none ", out, re.M)
+    assert row and float(row.group(1)) > 0, out
+    assert re.search(r"^\s*centralized-pd .* n/a +global_primal_dual ", out, re.M), out
+    assert re.search(r"^\s*decentralized-polish .* association_repair\+ipopt_polish ", out, re.M), out
     trace = pd.read_csv(tmp_path / "decentralized_trace.csv")
     assert len(trace) >= 1 and "outer" in trace
     assert (tmp_path / "centralised_vs_decentralised.png").stat().st_size > 0
