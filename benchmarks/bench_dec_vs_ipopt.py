@@ -73,7 +73,8 @@ def run(args) -> pd.DataFrame:
                      "n_nodes": info["n_nodes"], "outer_iterations": info["outer_iterations"],
                      "inner_iterations": info["inner_iterations"],
                      "msgs_per_node_outer": info["messages"]["per_node_per_outer"]["count"]["mean"],
-                     "bytes_per_node_outer": info["messages"]["per_node_per_outer"]["bytes"]["mean"]})
+                     "bytes_per_node_outer":
+                         info["messages"]["per_node_per_outer"]["bytes"]["mean"]})
         print(f"{spec}: decentralized {t_dec:.1f} s (build {info['build_s']:.1f} s, SCA "
               f"{info['sca_s']:.1f} s), {info['stop_reason']}, objective {ev.objective:.6g}",
               flush=True)

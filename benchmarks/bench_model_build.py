@@ -13,11 +13,11 @@ each with `--rounds` rounds (default 5; `--quick`: 1), and for binaries = relaxe
     python -m benchmarks.bench_model_build [--rounds 5] [--quick] [--bound corollary]
                                            [--sizes paper,200x40x10] [--repeat 1]
 
-Writes ``results/bench/model_build.csv`` (atomically) and prints the table.
+Writes ``model_build.csv`` into ``--out-dir`` (default results/bench/, atomically) and prints
+the table.
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import multiprocessing as mp
 import os
@@ -36,11 +36,10 @@ if str(ROOT) not in sys.path:
 import pyomo.environ as pyo  # noqa: E402
 
 from cefl_opt.generator import make_instance  # noqa: E402
-from cefl_opt.io import write_csv_atomic  # noqa: E402
+from benchmarks import common  # noqa: E402
 from cefl_opt.models import (build_problem, consensus_constraints, node_blocks,  # noqa: E402
                              node_constraints)
 
-OUT = ROOT / "results" / "bench" / "model_build.csv"
 SIZES = {"paper": ("paper", {}), "200x40x10": ("paper", {"ues": 200, "bss": 40, "dcs": 10})}
 
 
@@ -106,16 +105,14 @@ def run_isolated(args: tuple) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_model_build",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5, help="rounds T (default 5)")
-    ap.add_argument("--quick", action="store_true", help="rounds = 1")
+    suite = common.Suite("bench_model_build", __doc__)
+    ap = suite.ap
+    ap.add_argument("--rounds", type=int, default=5, help="rounds T (default 5; --quick: 1)")
     ap.add_argument("--bound", choices=("corollary", "general"), default="corollary")
     ap.add_argument("--sizes", default="paper,200x40x10",
                     help="comma-separated: paper, 200x40x10 or NxBxS (default: paper,200x40x10)")
     ap.add_argument("--repeat", type=int, default=1, help="builds per configuration (best time)")
-    ap.add_argument("--out", default=str(OUT), help=f"CSV (default {OUT.relative_to(ROOT)})")
-    a = ap.parse_args(argv)
+    a = suite.start(argv, seed=False)
     rounds = 1 if a.quick else a.rounds
     if rounds < 1 or a.repeat < 1:
         ap.error("--rounds and --repeat must be >= 1")
@@ -132,11 +129,10 @@ def main(argv=None) -> int:
                 rows.append(r)
     df = pd.DataFrame(rows)
     df["machine"] = f"{platform.machine()} {os.cpu_count()} cpu, python {platform.python_version()}"
-    write_csv_atomic(df, Path(a.out))
+    suite.csv(df, "model_build.csv")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(df.drop(columns=["machine"]).to_string(index=False))
-    print(f"wrote {a.out}")
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ FLOPs: per sample, forward = 2 x multiply-adds of the Linear/Conv2d layers; trai
 backward) = 3 x forward. A round's training FLOPs = sum_i gamma_i * batch_i * 3 * forward;
 evaluation = |test set| * forward. GFLOP/s = training FLOPs / training wall time.
 
-    python -m benchmarks.bench_trainer [--models mlp,cnn] [--rounds-mlp 3] [--rounds-cnn 1]
+    python -m benchmarks.bench_trainer [--quick] [--models mlp,cnn] [--rounds-mlp 3] [--rounds-cnn 1]
 
-Writes ``results/bench/bench_trainer.csv`` (atomically) and prints a table. Default run: about
+Writes ``bench_trainer.csv`` into ``--out-dir`` (default results/bench/, atomically) and prints
+a table; ``--quick``: MLP 2 rounds, CNN 1 round. Default run: about
 2 minutes (most of it the CNN round).
 
 Threads: the default is 1 torch thread (``--threads 1,2`` runs both). On this shared 2-core
@@ -22,7 +23,6 @@ every parallel region waits for the descheduled thread; one thread gives stable 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cefl_opt.io import write_csv_atomic  # noqa: E402
+from benchmarks import common  # noqa: E402
 from cefl_opt.learning.data import load_dataset  # noqa: E402
 from cefl_opt.learning.models import forward_flops, make_model, train_flops_per_sample  # noqa: E402
 from cefl_opt.learning.strategies import CEFL  # noqa: E402
@@ -93,7 +93,8 @@ def bench_model(kind, inst, sol, cost_fn, data, rounds, lr, seed):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    suite = common.Suite("bench_trainer", __doc__)
+    ap = suite.ap
     ap.add_argument("--dataset", default="fmnist")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--models", default="mlp,cnn")
@@ -102,10 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1",
                     help="comma-separated torch thread counts to run (default 1; see above)")
     ap.add_argument("--lr", type=float, default=DEFAULT_LR)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="MLP 2 rounds, CNN 1 round")
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "bench_trainer.csv"))
-    a = ap.parse_args(argv)
+    a = suite.start(argv, seed=False)           # --quick: MLP 2 rounds, CNN 1 round
     if a.quick:
         a.rounds_mlp, a.rounds_cnn = 2, 1
     t_load = time.perf_counter()
@@ -125,7 +123,7 @@ def main(argv=None) -> int:
             print(f"  {kind} threads={th}: {row['rounds_per_s']:.4f} rounds/s, "
                   f"{row['train_GFLOP_per_s']:.1f} GFLOP/s", flush=True)
     df = pd.DataFrame(rows)
-    write_csv_atomic(df, Path(a.out))
+    suite.csv(df, "bench_trainer.csv")
     cols = ["model", "threads", "dpus_trained", "rounds", "samples_per_round",
             "train_GFLOP_per_round", "train_s_per_round", "eval_s_per_round", "rounds_per_s",
             "train_GFLOP_per_s", "final_accuracy"]
@@ -133,8 +131,7 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} cores, torch {torch.__version__}")
     with pd.option_context("display.width", 200, "display.float_format", "{:.4g}".format):
         print(df[cols].to_string(index=False))
-    print(f"wrote {a.out}")
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

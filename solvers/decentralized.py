@@ -60,11 +60,13 @@ from .sca import DecStructure, Linearisation, build_structure, run_sca, take
 
 METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
-CENTRAL_STEPS = {"decentralized": [], "decentralized-polish": ["association_repair", "ipopt_polish"],
+CENTRAL_STEPS = {"decentralized": [],
+                 "decentralized-polish": ["association_repair", "ipopt_polish"],
                  "centralized-pd": ["global_primal_dual"]}
 TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
-                "rho", "inner_iters", "inner_residual", "step_inf", "rejected", "L_raised",
-                "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max", "bytes_mean")
+                "rho", "inner_iters", "inner_residual", "step_inf", "stationarity", "rejected",
+                "L_raised", "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max",
+                "bytes_mean")
 
 
 class _DecOps:
@@ -104,7 +106,8 @@ class _DecOps:
         h_ent = np.zeros(self.E)
         for d, pv in enumerate(st.providers):
             sl = slice(st.row_ptr[d], st.row_ptr[d + 1])
-            np.add.at(h_ent, self.pent[d], pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl]))
+            hd = pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl])
+            np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
 
 
@@ -138,7 +141,8 @@ def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | 
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
     final = sol
     if out is not None:
-        ev_p, ev_r = system.evaluate(inst, out, bound=bound), system.evaluate(inst, sol, bound=bound)
+        ev_p = system.evaluate(inst, out, bound=bound)
+        ev_r = system.evaluate(inst, sol, bound=bound)
         if ev_p.feasible and ev_p.objective <= ev_r.objective + 1e-12:
             final = out
     return final, str(getattr(status, "value", status)), time.perf_counter() - t0
@@ -209,6 +213,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                      "max_violation": rec.violation, "forcing_violation": rec.forcing,
                      "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
                      "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+                     "stationarity": rec.stationarity,
                      "rejected": int(rec.rejected), "L_raised": rec.L_raised,
                      "aggregators": "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
                      "I_binary_gap": float(np.max(1.0 - d["Is"].max(axis=1))),

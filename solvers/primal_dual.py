@@ -55,7 +55,8 @@ class PDConstants:
     zeta: outer step. rel: step factor (PDHG: tau, sigma divided / multiplied by it; FISTA:
     sigma_k = rel / D_k). restart: FISTA restart period. inner_iters: cap per surrogate.
     inner_tol, tol_ratio: the inner loop stops at KKT residual max(inner_tol, min(1e-4,
-    tol_ratio x last outer step)). outer_tol: ||u_hat - u||_inf at which the SCA stops.
+    tol_ratio x last outer step)). outer_tol, stat_tol: the SCA stops when ||u_hat - u||_inf <=
+    outer_tol or max_i q_i |u_hat_i - u_i| <= stat_tol (with the violation and binary tests).
     viol_tol: largest scaled violation accepted at the stop. force_after: outer iterations
     without the forcing penalty. rho0, rho_growth, rho_max: forcing penalty weight, its growth
     per outer iteration while an indicator is fractional, its cap. max_outer: cap per phase.
@@ -70,6 +71,7 @@ class PDConstants:
     inner_iters: int = 300
     inner_tol: float = 1e-8
     outer_tol: float = 1e-4
+    stat_tol: float = 1e-5
     viol_tol: float = 1e-6
     force_after: int = 10
     rho0: float = 1e-3
@@ -278,7 +280,3 @@ class InnerSolver:
         self.du_prev = du
         self.lam = np.where(free, y, self.lam)
         return ul + du, {"inner_iters": it, "residual": res}
-
-    def prices(self) -> np.ndarray:
-        """Current multipliers (each held by its row's host)."""
-        return self.lam.copy()

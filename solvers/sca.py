@@ -136,10 +136,6 @@ class Linearisation:
     a: np.ndarray
     f_nodes: np.ndarray
 
-    def surrogate_objective(self, u: np.ndarray, q: np.ndarray) -> float:
-        du = u - self.u
-        return float(self.f + self.g @ du + 0.5 * (q * du) @ du)
-
 
 @dataclass
 class DecStructure:
@@ -248,7 +244,8 @@ class DecStructure:
         h = np.zeros(self.n)
         x = self.x_of(u)
         for d, pv in enumerate(self.providers):
-            yl = y[self.row_ptr[d]:self.row_ptr[d + 1]] / self.row_norm[self.row_ptr[d]:self.row_ptr[d + 1]]
+            sl = slice(self.row_ptr[d], self.row_ptr[d + 1])
+            yl = y[sl] / self.row_norm[sl]
             np.add.at(h, pv.comp, pv.hessian_diag(x[pv.comp], yl))
         return h * self.scale ** 2
 
@@ -464,7 +461,6 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     return st
 
 
-
 def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
     """Shared-variable indices of every field of a RoundDecision (per round) and of the
     indicators ('Is' [T,S], 'Inb'/'Ibn' [T,N,B]): the codec's `VariableIndex`."""
@@ -473,6 +469,20 @@ def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ Alg. 1
+def _node_max(st: DecStructure, per_var: np.ndarray) -> np.ndarray:
+    """Per-row view of a per-variable maximum for `global_max` (each primary's max, placed on
+    one of its rows; primaries without rows are covered by the row of any node)."""
+    out = np.zeros(st.n_rows)
+    if st.n_rows:
+        node_max = np.zeros(st.n_nodes)
+        np.maximum.at(node_max, st.primary, per_var)
+        first = st.row_ptr[:-1]
+        has = np.diff(st.row_ptr) > 0
+        np.maximum.at(out, first[has], node_max[has])
+        out[0] = max(out[0], float(node_max[~has].max(initial=0.0)))
+    return out
+
+
 @dataclass
 class OuterRecord:
     """What one outer iteration produced (the trace row is built from it)."""
@@ -482,6 +492,7 @@ class OuterRecord:
     lin: Linearisation       # J, C at w^l
     u_hat: np.ndarray        # solution of the surrogate
     step_inf: float          # ||u_hat - u^l||_inf
+    stationarity: float      # max_i q_i |u_hat_i - u^l_i| (gradient mapping)
     violation: float         # max scaled C_k(w^{l+1})^+ over non-forcing rows
     forcing: float           # max sum I (1 - I) at w^{l+1}
     rho: float               # forcing penalty weight of this surrogate
@@ -507,8 +518,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     L_k is raised (x2, or 1.5x what would have made C~_k an upper bound at the new point) when
     the surrogate missed row k, and the step is rejected if that left the row violated beyond
     viol_tol and worse than before; L_k decays by 0.7 per iteration otherwise (floor L_C/100).
-    Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol, scaled violation <= viol_tol and (phase
-    relaxed) every indicator binary; else "max_outer". global_max(per-row values) -> float:
+    Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol or the gradient mapping
+    max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
+    along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
+    indicator binary; else "max_outer". global_max(per-row values) -> float:
     the max over all hosts (a message-passing max in the decentralised method)."""
     k = consts
     K = st.n_rows
@@ -542,6 +555,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         u_hat, stats = inner.solve(lin, q, L, free, fixed, tol_in)
         d = u_hat - u
         step = float(np.max(np.abs(d), initial=0.0))
+        stat = gmax(_node_max(st, q * np.abs(d)))    # gradient mapping (prox-scaled step)
         u_next = u + k.zeta * d
         lin_next = lin_fn(u_next)
         # ---- L_k: upper-bound check of the non-forcing rows at the new point
@@ -562,6 +576,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         forcing = gmax(np.where(force, np.maximum(lin_next.c, 0.0), 0.0) *
                        np.where(force, st.row_norm, 0.0)) if len(fnorm) else 0.0
         rec = OuterRecord(it=it, phase=phase, u=u, lin=lin, u_hat=u_hat, step_inf=step,
+                          stationarity=stat,
                           violation=viol_now if rejected else viol_next,
                           forcing=forcing, rho=rho, inner=stats, rejected=rejected,
                           L_raised=raised)
@@ -572,7 +587,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         if not rejected:
             u, lin = u_next, lin_next
             binary_ok = phase != "relaxed" or (forcing_on and forcing <= 1e-9)
-            if step <= k.outer_tol and viol_next <= k.viol_tol and binary_ok:
+            if (step <= k.outer_tol or stat <= k.stat_tol) and viol_next <= k.viol_tol \
+                    and binary_ok:
                 reason = "converged"
                 break
         if stop:

@@ -148,9 +148,9 @@ CLI_CASES = {
                              "--out", "{d}/e.json"], 2, ["--J", "'0'"]),
     "estimate: --scale inf": ({}, ["estimate", "{d}/net.json", "--dataset", "digits", "--scale",
                                    "inf", "--out", "{d}/e.json"], 2, ["--scale", "'inf'"]),
-    "estimate: --apply is the instance": ({}, ["estimate", "{d}/net.json", "--dataset", "digits",
-                                               "--out", "{d}/e.json", "--apply", "{d}/net.json"],
-                                          2, ["--apply", "net.json", "input"]),
+    "estimate: --apply is --out": ({}, ["estimate", "{d}/net.json", "--dataset", "digits",
+                                        "--out", "{d}/e.json", "--apply", "{d}/e.json"],
+                                   2, ["--apply", "e.json"]),
     # ---- run (checked before any solve; no report folder left)
     "run: --preset": ({}, ["run", "--out", "{d}/rep", "--preset", "huge"], 2,
                       ["--preset", "'huge'"]),
@@ -366,3 +366,24 @@ def test_library_option_errors_name_no_cli_flag():
     with pytest.raises(ValueError) as e:
         solve(make_instance("tiny", seed=0), "fixed", aggregator=7)
     assert "'aggregator'" in str(e.value) and "7" in str(e.value) and "--" not in str(e.value)
+
+
+@pytest.mark.parametrize("exc,code,needle", [
+    (ZeroDivisionError("float division by zero"), 70, "internal error: ZeroDivisionError"),
+    ("solver", 4, "ipopt not found"),
+])
+def test_unexpected_failures_are_one_line_with_their_own_exit_code(tmp_path, monkeypatch, capsys,
+                                                                   exc, code, needle):
+    """A bug is exit 70 (not 1, which `evaluate` uses for 'infeasible'); a solver failure is
+    exit 4; both one line, no traceback."""
+    from cefl_opt.cli import network
+    from cefl_opt.solvers.base import SolverError
+    err_obj = SolverError("ipopt not found") if exc == "solver" else exc
+
+    def boom(inst):
+        raise err_obj
+    monkeypatch.setattr(network, "show_text", boom)
+    make_instance("tiny", seed=0).save(tmp_path / "n.json")
+    rc = cli.main(["network", "show", str(tmp_path / "n.json")])
+    err = capsys.readouterr().err
+    assert rc == code and err.count("\n") == 1 and needle in err and "Traceback" not in err

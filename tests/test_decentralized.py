@@ -155,7 +155,8 @@ def test_solver_messages_go_to_graph_neighbours_and_rounds_match(tiny, tiny_st):
     assert np.allclose(comm.reduce(inner.plan, ev), Comm._reduce_rounds(comm, inner.plan, ev),
                        atol=1e-12)
     v = rng.normal(size=tiny_st.n)
-    assert np.array_equal(comm.broadcast(inner.plan, v), Comm._broadcast_rounds(comm, inner.plan, v))
+    assert np.array_equal(comm.broadcast(inner.plan, v),
+                          Comm._broadcast_rounds(comm, inner.plan, v))
 
 
 # ---------------------------------------------------------------------- whole method

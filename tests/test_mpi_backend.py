@@ -97,3 +97,20 @@ def test_more_ranks_than_nodes_exits_2_without_hanging():
     p = _mpirun(6, "tiny", timeout=120)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "6 MPI ranks for 5 network nodes" in p.stderr
+
+
+def test_bench_scale_generation_only(tmp_path):
+    """benchmarks/bench_scale.py end to end with generation only (the solves are measured by
+    the benchmark itself): one row per size, block-form variables as `node_work` counts them."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale", "--sizes",
+                        "8/3/2,30/8/3", "--reach", "2", "--measures", "none", "--out-dir",
+                        str(tmp_path)], cwd=HERE.parent, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    import pandas as pd
+    df = pd.read_csv(tmp_path / "scale.csv")
+    assert df.measure.tolist() == ["gen", "gen"] and (df.rc == 0).all()
+    big = make_instance("paper", ues=30, bss=8, dcs=3, rounds=2, reach=2, seed=0)
+    assert df.vars_block.tolist()[1] == int(node_work(big).sum())
+    assert df.links.tolist() == [8 * 3, 30 * 2]   # 8/3/2 is below the paper size: every link
+    assert (tmp_path / "scale.png").stat().st_size > 0
