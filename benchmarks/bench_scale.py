@@ -14,8 +14,9 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   iterations, time per outer and per inner iteration, the floor of one outer iteration (one
   linearisation + one projection of the solver's own structure, when it exposes them), messages
   and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
-* `dec5`, `cpd`: `--method decentralized` and `--method centralized-pd` (the same iterations
-  with exact global dual updates) for `--cpd-outer` (5) outer iterations: time per outer and
+* `dec5` (per rank count, as `dec`), `cpd`: `--method decentralized` and `--method
+  centralized-pd` (the same iterations with exact global dual updates) for `--cpd-outer` (5)
+  outer iterations: time per outer and
   per inner iteration, the comparison "a decentralised inner iteration <= 1.5x a centralised";
 * `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
   the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
@@ -244,7 +245,8 @@ def measure(args) -> pd.DataFrame:
             rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
             record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
         methods = [("dec", "decentralized", r) for r in args.ranks]
-        methods += [("dec5", "decentralized", 1), ("cpd", "centralized-pd", 1)]
+        methods += [("dec5", "decentralized", r) for r in args.ranks]
+        methods += [("cpd", "centralized-pd", 1)]
         if "ipopt" in args.measures:
             rc, wall, rss, tail = _peak_rss_child(
                 _worker_cmd("ipopt", {**job, "time_limit": args.timeout}), args.timeout + 60)
@@ -280,7 +282,8 @@ def figure(df: pd.DataFrame, path: Path) -> Path:
     for (kind, ranks), g in ok.groupby(["measure", "ranks"]):
         if kind in ("gen", "floor"):
             continue
-        label = {"dec": f"decentralized, {ranks} rank(s)", "dec5": "decentralized (5 outer)",
+        label = {"dec": f"decentralized, {ranks} rank(s)",
+                 "dec5": f"decentralized (5 outer), {ranks} rank(s)",
                  "cpd": "centralized-pd (5 outer)", "ipopt": "one Ipopt solve (greedy-rate)"}[kind]
         if kind in ("dec", "ipopt"):
             ax[0].loglog(g.vars_block, g.wall_s, "o-", label=label)

@@ -54,7 +54,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
-from .dec_comm import LocalComm
+from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, run_sca, take
 
@@ -80,6 +80,8 @@ class _DecOps:
         key = pl.entry_node * st.n + pl.entry_q
         self.pent = [np.searchsorted(key, d * st.n + pv.comp) for d, pv in enumerate(st.providers)]
         self.E = len(pl.entry_q)
+        self.nodes = [int(d) for d in self.comm.local_nodes()]   # providers this process runs
+        self.spread = self.comm.backend != "local"
 
     def linearise(self, u: np.ndarray) -> Linearisation:
         st, comm, pl = self.st, self.comm, self.inner.plan
@@ -88,14 +90,19 @@ class _DecOps:
         c = np.zeros(st.n_rows)
         a = np.zeros(len(st.jac_cols))
         fn = np.zeros(st.n_nodes)
-        for d, pv in enumerate(st.providers):
+        for d in self.nodes:
+            pv = st.providers[d]
             f_d, g_d, c_d, jd = pv.evaluate(xe[self.pent[d]])
             fn[d] = f_d
             np.add.at(g_ent, self.pent[d], g_d)
             c[st.row_ptr[d]:st.row_ptr[d + 1]] = c_d
             np.add.at(a, st.node_jac[d], jd)
         g = comm.reduce(pl, g_ent) * st.scale
-        f = float(comm.reduce(self.inner.gplan, fn[self.inner.gplan.entry_node])[0])
+        f_root = comm.reduce(self.inner.gplan, fn[self.inner.gplan.entry_node])
+        if self.spread:   # the root's sum reaches every process (it is only traced)
+            f = float(comm.broadcast(self.inner.gplan, f_root)[self.inner._gent])
+        else:
+            f = float(f_root[0])
         a *= st.scale[st.jac_cols]
         rn = st.row_norm
         return Linearisation(u=u.copy(), f=f, g=g, c=c / rn, a=a / rn[st.jac_rows], f_nodes=fn)
@@ -104,11 +111,23 @@ class _DecOps:
         st, comm, pl = self.st, self.comm, self.inner.plan
         xe = comm.broadcast(pl, st.x_of(u))
         h_ent = np.zeros(self.E)
-        for d, pv in enumerate(st.providers):
+        for d in self.nodes:
+            pv = st.providers[d]
             sl = slice(st.row_ptr[d], st.row_ptr[d + 1])
             hd = pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl])
             np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
+
+
+class _Spread:
+    """`run_sca`'s view of a run whose nodes are spread over processes (MPI backend): the
+    rows this process hosts and the collectives that give every process the same decisions."""
+
+    def __init__(self, st: DecStructure, inner: InnerSolver):
+        self.local_rows = inner.comm.is_local[st.row_host]
+        self.max_var = inner._global_max_var
+        self.sum_rows = inner._global_sum
+        self.nonzero_view = inner._nonzero_view
 
 
 def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
@@ -128,6 +147,21 @@ def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
         lo[flat] = hi[flat] = u[flat]
     st.set_bounds(lo, hi)
     return u
+
+
+def _gather_primaries(st: DecStructure, comm, u: np.ndarray) -> np.ndarray | None:
+    """Process 0 collects every node's primary values into one u (`gather_to_root`); None
+    on the other processes."""
+    own = {int(d): np.flatnonzero(st.primary == d) for d in comm.local_nodes()}
+    got = comm.gather_to_root({d: (ix, u[ix]) for d, ix in own.items()})
+    if got is None:
+        return None
+    out = np.full(st.n, np.nan)
+    for ix, vals in got.values():
+        out[ix] = vals
+    if np.isnan(out).any():
+        raise AssertionError("a shared variable has no primary among the gathered nodes")
+    return out
 
 
 def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | None
@@ -154,7 +188,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                         constants: str | dict | PDConstants | None = None,
                         seed: int = 0, init: str = "relaxed", trace_path: str | Path | None = None,
                         progress: bool = False, ipopt_options: dict | None = None,
-                        structure: DecStructure | None = None) -> tuple[Solution, dict[str, Any]]:
+                        structure: DecStructure | None = None, comm: Comm | None = None
+                        ) -> tuple[Solution | None, dict[str, Any]]:
     """Paper §V on `inst`; returns (a binary orchestration, info). See the module docstring.
 
     consensus_rounds: J (0 = as many as the relay depth). max_outer: cap per SCA phase (default
@@ -162,7 +197,12 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     `primal_dual.PDConstants` fields. seed: recorded only (the method makes no random choice).
     init: "relaxed" (indicators at the simplex centres) or "reference" (a binary start: the
     forcing penalty then keeps the reference aggregator and associations). structure: a
-    prebuilt `sca.build_structure` for the same instance/bound/init (benchmarks reuse it)."""
+    prebuilt `sca.build_structure` for the same instance/bound/init (benchmarks reuse it).
+    comm: the message passing (default: a `LocalComm`, every node in this process); with an
+    `mpi_backend.MpiComm` (method "decentralized" only) each process evaluates the providers
+    of its own nodes (`comm.local_nodes()`), steps the shared variables they are primary of
+    and hosts their rows; every decision comes from collectives over the graph; process 0
+    gathers the primaries' values and returns the solution, the others return (None, info)."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: expected one of {METHODS}")
     if init not in INITS:
@@ -178,7 +218,14 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     st = structure if structure is not None else build_structure(
         inst, bound=bound, relax_init=(init == "relaxed"))
     st.reset_bounds()
-    comm = LocalComm(inst.graph(), st.node_names) if dec else None
+    spread = comm is not None and comm.backend != "local"
+    if spread and method != "decentralized":
+        raise ValueError(f"option '--backend {comm.backend}' runs method 'decentralized' only, "
+                         f"not {method!r}")
+    if comm is None and dec:
+        comm = LocalComm(inst.graph(), st.node_names)
+    if spread:
+        st.set_local(comm.is_local[st.primary])
     inner = InnerSolver(st, k, mode="decentralized" if dec else "centralized", comm=comm)
     info: dict[str, Any] = {"method": method, "init": init, "bound": bound, "seed": seed,
                             "constants": k.as_dict(), "central_steps": list(CENTRAL_STEPS[method]),
@@ -196,7 +243,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
         names = st.node_names
         neighbours_only = all(graph.has_edge(names[a], names[b])
                               for a, b in inner.plan.edges | inner.gplan.edges)
-        info.update(backend=comm.backend, ranks=1, relay_depth=depth,
+        info.update(backend=comm.backend, ranks=int(getattr(comm, "size", 1)),
+                    relay_depth=depth,
                     consensus_rounds=int(consensus_rounds or depth),
                     relay_tree_edges=len(inner.plan.edges | inner.gplan.edges),
                     graph_edges=int(inst.graph().number_of_edges()))
@@ -211,7 +259,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
             msg_hist.append((msgs, nbytes))
         else:
             msgs = nbytes = np.zeros(1)
-        d = st.decisions(rec.u_hat)
+        d = None if spread else st.decisions(rec.u_hat)   # spread: not all held here
         rows.append({"outer": len(rows), "phase": rec.phase,
                      "wall_s": time.perf_counter() - t_start, "obj_model": rec.lin.f,
                      "max_violation": rec.violation, "forcing_violation": rec.forcing,
@@ -219,8 +267,10 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                      "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
                      "stationarity": rec.stationarity,
                      "rejected": int(rec.rejected), "L_raised": rec.L_raised,
-                     "aggregators": "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
-                     "I_binary_gap": float(np.max(1.0 - d["Is"].max(axis=1))),
+                     "aggregators": "" if d is None else
+                     "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
+                     "I_binary_gap": float("nan") if d is None else
+                     float(np.max(1.0 - d["Is"].max(axis=1))),
                      "msgs_max": int(msgs.max()), "msgs_mean": float(msgs.mean()),
                      "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean())})
         return False
@@ -228,7 +278,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     kw = dict(max_outer=max_outer, callback=callback,
               global_max=inner._global_max if dec else None,
               linearise=ops.linearise if dec else None,
-              curvature=ops.curvature if dec else None)
+              curvature=ops.curvature if dec else None,
+              distributed=_Spread(st, inner) if spread else None)
     t0 = time.perf_counter()
     u1, rec1, reason1 = run_sca(st, inner, k, u0=st.u0, phase="relaxed", **kw)
     t1 = time.perf_counter()
@@ -251,10 +302,20 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
         u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)
         info.update(stop_reason_finishing=reason2, outer_iterations_finishing=len(rec2),
                     finishing_s=time.perf_counter() - t1)
+        if spread:
+            u2 = _gather_primaries(st, comm, u2)
+            if u2 is None:   # not process 0: the solution is written there
+                st.reset_bounds()
+                st.set_local(None)
+                info.update(rank=comm.rank, wall_s=time.perf_counter() - t_start)
+                return None, info
         final = clip_to_bounds(st.to_solution(u2, method=method, status="converged"
                                               if reason2 == "converged" else "iteration_limit"),
                                inst, bound)
     st.reset_bounds()
+    if spread:
+        st.set_local(None)
+        info["rank"] = comm.rank
     recs = rec1 + rec2
     reason = "converged" if reason1 == "converged" and reason2 == "converged" else (
         reason1 if reason1 != "converged" else reason2)
@@ -302,12 +363,17 @@ def run_method(inst: Instance, opts, name: str):
     `solvers.options.DecentralizedOptions`) mapped onto `solve_decentralized`; registered in
     `solvers/plugins.py`."""
     from .base import Results, SolutionStatus, TerminationCondition
+    comm = make_comm(inst, opts.backend, name)
     sol, info = solve_decentralized(
         inst, method=name, consensus_rounds=opts.consensus_rounds, max_outer=opts.max_outer,
         bound=opts.bound, constants=resolve_constants(opts.constant_overrides()), seed=opts.seed,
-        init=opts.init, trace_path=opts.trace_path, progress=opts.progress,
-        ipopt_options=opts.ipopt_options)
+        init=opts.init, trace_path=opts.trace_path if info_rank(comm) == 0 else None,
+        progress=opts.progress, ipopt_options=opts.ipopt_options, comm=comm)
     info = {k_: v for k_, v in info.items() if k_ != "trace"}
+    if sol is None:   # an MPI process other than 0: process 0 returns the solution
+        return Results(method=name, termination_condition=TerminationCondition.unknown,
+                       solution_status=SolutionStatus.noSolution, solution=None,
+                       objective=None, wall_s=info["wall_s"], iterations=0, info=info)
     tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
           else TerminationCondition.iterationLimit)
     return Results(method=name, termination_condition=tc,
@@ -315,6 +381,33 @@ def run_method(inst: Instance, opts, name: str):
                    else SolutionStatus.infeasible,
                    solution=sol, objective=sol.objective, wall_s=info["wall_s"],
                    iterations=info["outer_iterations"], info=info)
+
+
+def make_comm(inst: Instance, backend: str, method: str) -> Comm | None:
+    """The message passing of `backend`: None for "local" (`solve_decentralized` builds its
+    `LocalComm`); for "mpi" an `MpiComm` over the processes of this MPI launch (METIS
+    partition weighted by `node_work`; outside mpiexec, or with more processes than nodes, a
+    ValueError on every process before any message)."""
+    if backend == "local":
+        return None
+    if backend != "mpi":
+        raise ValueError(f"option '--backend': {backend!r} is not one of 'local', 'mpi'")
+    if method != "decentralized":
+        raise ValueError(f"option '--backend mpi' runs method 'decentralized' only, not "
+                         f"{method!r}")
+    from .mpi_backend import MpiComm, mpi_world, node_work
+    world = mpi_world()
+    names = inst.node_names()
+    if world.Get_size() > len(names):
+        raise ValueError(f"option '--backend mpi': {world.Get_size()} MPI ranks for "
+                         f"{len(names)} network nodes: use at most {len(names)} ranks (each "
+                         f"rank needs at least one node)")
+    return MpiComm(inst.graph(), names, world=world, weights=node_work(inst), missing=0.0)
+
+
+def info_rank(comm: Comm | None) -> int:
+    """This process's MPI rank (0 without MPI)."""
+    return int(getattr(comm, "rank", 0))
 
 
 def run_decentralized(inst: Instance, opts):

@@ -112,8 +112,9 @@ class MpiComm(Comm):
     backend = "mpi"
 
     def __init__(self, graph, node_names: Sequence[str], *, world=None,
-                 weights: np.ndarray | None = None):
+                 weights: np.ndarray | None = None, missing: float = np.nan):
         super().__init__(graph, node_names)           # adjacency + connectivity, every rank
+        self.missing = float(missing)   # value of the entries / roots this rank does not hold
         self.world = mpi_world() if world is None else world
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         V = self.n_nodes
@@ -202,23 +203,27 @@ class MpiComm(Comm):
         self._plans[key] = (plan, routes)
         return routes
 
-    def _charge(self, msgs: np.ndarray, nbytes: np.ndarray) -> None:
+    def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
         self.msgs[self._local] += msgs[self._local]
-        self.bytes[self._local] += nbytes[self._local]
+        self.bytes[self._local] += nbytes[self._local] * width
 
     def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        """Entry array: this rank's entries hold their quantity's root value, others NaN."""
-        self._charge(plan.down_msgs, plan.down_bytes)
-        vals = np.full(len(plan.entry_q), np.nan)
+        """Entry array: this rank's entries hold their quantity's root value, others
+        `missing` (NaN by default). A second axis travels in the same messages."""
+        rv = np.asarray(root_values, float)
+        tail, m = rv.shape[1:], int(np.prod(rv.shape[1:]))
+        self._charge(plan.down_msgs, plan.down_bytes, m)
+        vals = np.full((len(plan.entry_q),) + tail, np.nan)
         roots = plan.root_entry
         mine = self.is_local[plan.entry_node[roots]]
-        vals[roots[mine]] = np.asarray(root_values, float)[mine]
+        vals[roots[mine]] = rv[mine]
         for pe, ce, loc, down, up in self._routes(plan):
             vals[ce[loc]] = vals[pe[loc]]
-            got = self._alltoallv([vals[pe[ix]] for ix in down], [ix.size for ix in up])
+            got = self._alltoallv([vals[pe[ix]].ravel() for ix in down],
+                                  [ix.size * m for ix in up])
             for ix, buf in zip(up, got):
-                vals[ce[ix]] = buf
-        known = np.full(plan.n_quantities, np.nan)
+                vals[ce[ix]] = buf.reshape((ix.size,) + tail)
+        known = np.full((plan.n_quantities,) + tail, self.missing)
         mine = self.is_local[plan.entry_node]
         known[plan.entry_q[mine]] = vals[mine]
         return known[plan.entry_q]
@@ -228,16 +233,18 @@ class MpiComm(Comm):
         this rank owns (NaN at the others)."""
         if op not in ("sum", "max"):
             raise ValueError(f"reduce op {op!r}: expected 'sum' or 'max'")
-        self._charge(plan.up_msgs, plan.up_bytes)
-        comb = np.add.at if op == "sum" else np.maximum.at
         part = np.asarray(entry_values, float).copy()
+        tail, m = part.shape[1:], int(np.prod(part.shape[1:]))
+        self._charge(plan.up_msgs, plan.up_bytes, m)
+        comb = np.add.at if op == "sum" else np.maximum.at
         for pe, ce, loc, down, up in reversed(self._routes(plan)):
             comb(part, pe[loc], part[ce[loc]])
-            got = self._alltoallv([part[ce[ix]] for ix in up], [ix.size for ix in down])
+            got = self._alltoallv([part[ce[ix]].ravel() for ix in up],
+                                  [ix.size * m for ix in down])
             for ix, buf in zip(down, got):
-                comb(part, pe[ix], buf)
+                comb(part, pe[ix], buf.reshape((ix.size,) + tail))
         out = part[plan.root_entry]
-        out[~self.is_local[plan.entry_node[plan.root_entry]]] = np.nan
+        out[~self.is_local[plan.entry_node[plan.root_entry]]] = self.missing
         return out
 
     # ---------------------------------------------------------------- accounting

@@ -248,6 +248,9 @@ class DecentralizedOptions(MethodOptions):
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
                                     flag="--trace", metavar="FILE")
     progress: bool = option(False, "show a progress bar of the outer iterations")
+    backend: str = option("local", "message passing: every node in this process, or the nodes "
+                          "spread over the processes of `mpiexec -n R` (decentralized only; "
+                          "process 0 writes the solution)", choices=("local", "mpi"))
     ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
                                  cli=False)
     # ---- overrides of the preset's PDConstants (None: the preset's value)

@@ -151,6 +151,8 @@ class InnerSolver:
             hub = int(np.argmax([len(a) for a in comm.adj]))
             self.gplan = comm.plan(np.array([hub]), [np.arange(V)])   # spanning tree
             self.E = len(pl.entry_q)
+            # this process's entry of the spanning tree (any node it holds: all equal)
+            self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
 
     # ---------------------------------------------------------------- messages
     def _to_entries(self, v: np.ndarray) -> np.ndarray:
@@ -165,18 +167,42 @@ class InnerSolver:
         ent = _bincount_cols(self.jent, per_nz, self.E)
         return self.comm.reduce(self.plan, ent)
 
-    def _global_max(self, per_row: np.ndarray) -> float:
-        """Largest value over all rows: each host's max, max-reduced over a spanning tree and
-        broadcast back (decentralized); np.max (centralized)."""
+    def _global_max(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
+        """Largest value over all rows (at their hosts) and, if given, over all shared
+        variables (at their primaries), at least 0: each node's max, max-reduced over a
+        spanning tree and broadcast back (decentralized); np.max (centralized)."""
         if self.mode == "centralized":
-            return float(np.max(per_row, initial=0.0))
+            top = float(np.max(per_row, initial=0.0))
+            return top if per_var is None else max(top, float(np.max(per_var, initial=0.0)))
         V = self.st.n_nodes
         node_max = np.zeros(V)
         if len(per_row):
             np.maximum.at(node_max, self.st.row_host, per_row)
+        if per_var is not None and len(per_var):
+            np.maximum.at(node_max, self.st.primary, per_var)
         ent = node_max[self.gplan.entry_node]
         top = self.comm.reduce(self.gplan, ent, op="max")
-        return float(self.comm.broadcast(self.gplan, top)[0])
+        return float(self.comm.broadcast(self.gplan, top)[self._gent])
+
+    def _global_max_var(self, per_var: np.ndarray) -> float:
+        """Largest value over all shared variables (at their primaries), at least 0."""
+        return self._global_max(np.zeros(0), per_var)
+
+    def _global_sum(self, per_row: np.ndarray) -> float:
+        """Sum over all rows (at their hosts): each node's sum, summed over a spanning tree
+        and broadcast back (decentralized); np.sum (centralized)."""
+        if self.mode == "centralized":
+            return float(np.sum(per_row))
+        node_sum = np.bincount(self.st.row_host, weights=np.asarray(per_row, float),
+                               minlength=self.st.n_nodes)
+        top = self.comm.reduce(self.gplan, node_sum[self.gplan.entry_node])
+        return float(self.comm.broadcast(self.gplan, top)[self._gent])
+
+    def _nonzero_view(self, du: np.ndarray) -> np.ndarray:
+        """du at every Jacobian nonzero as its row's host holds it (broadcast)."""
+        if self.mode == "centralized":
+            return du[self.cols]
+        return self._to_entries(du)[self.jent]
 
     def _row_values(self, lin: Linearisation, du: np.ndarray, L: np.ndarray) -> np.ndarray:
         """C~_k(u) at the hosts (from their copies of du)."""
@@ -272,8 +298,8 @@ class InnerSolver:
             if it % 10 == 0 or it == k.inner_iters:
                 Cn = self._row_values(lin, du_new, L)
                 kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, k.dual_cap) - y_new), 0.0)
-                pr = np.max(np.abs(du_new - du) * tau_inv, initial=0.0)
-                res = max(self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0))), pr)
+                pr = np.abs(du_new - du) * tau_inv       # at the primaries
+                res = self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
                 if res <= tol:
                     du, y = du_new, y_new
                     break

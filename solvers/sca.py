@@ -170,6 +170,7 @@ class DecStructure:
     build_s: float = 0.0
     _pad: Any = None
     _orig: Any = None
+    _local: Any = None              # (n,) bool: shared variables this process steps (None: all)
 
     @property
     def n_nodes(self) -> int:
@@ -208,6 +209,12 @@ class DecStructure:
             g.lo, g.hi = lo[g.idx], hi[g.idx]
         self._build_pad()
 
+    def set_local(self, owned: np.ndarray | None) -> None:
+        """Restrict `project`'s groups to the shared variables this process is the primary of
+        (MPI backend: the other entries are not this process's and are left clipped only)."""
+        self._local = None if owned is None else np.asarray(owned, dtype=bool)
+        self._build_pad()
+
     def reset_bounds(self) -> None:
         if self._orig is not None:
             lo, hi = self._orig
@@ -231,6 +238,9 @@ class DecStructure:
             idx[r:r + k, :w], lo[r:r + k, :w], hi[r:r + k, :w] = g.idx, g.lo, g.hi
             tot[r:r + k], eq[r:r + k] = g.total, g.eq
             r += k
+        if self._local is not None:   # a group's variables share one primary
+            keep = self._local[idx[:, 0]]
+            idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
         self._pad = {"idx": idx, "lo": lo, "hi": hi, "total": tot, "eq": eq,
                      "real": idx < self.n}
 
@@ -505,8 +515,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             max_outer: int | None = None, global_max: Callable[[np.ndarray], float] | None = None,
             linearise: Callable[[np.ndarray], Linearisation] | None = None,
             curvature: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-            callback: Callable[[OuterRecord], Any] | None = None
-            ) -> tuple[np.ndarray, list[OuterRecord], str]:
+            callback: Callable[[OuterRecord], Any] | None = None,
+            distributed: Any = None) -> tuple[np.ndarray, list[OuterRecord], str]:
     """Alg. 1 on `st` from u0. phase "relaxed": indicators in [0, 1]; the forcing rows
     sum I (1 - I) <= 0 enter from outer iteration `force_after` on as a penalty rho * C_k with
     rho growing by `rho_growth` per iteration (concave rows: their linearisation is an upper
@@ -526,7 +536,12 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
     along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
     indicator binary; else "max_outer". global_max(per-row values) -> float:
-    the max over all hosts (a message-passing max in the decentralised method)."""
+    the max over all hosts (a message-passing max in the decentralised method).
+    distributed: None (this process holds every shared variable and row), or, when the nodes
+    are spread over processes (MPI backend), an object with `local_rows` ((K,) bool: rows this
+    process hosts), `max_var(per_var)` / `sum_rows(per_row)` (collectives over all processes)
+    and `nonzero_view(du)` (du at the Jacobian nonzeros as the rows' hosts hold it): every
+    decision below then comes from collectives, so every process takes the same branch."""
     k = consts
     K = st.n_rows
     max_outer = k.max_outer if max_outer is None else max_outer
@@ -559,18 +574,26 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             q = base_q + np.maximum(h, 0.0)
         u_hat, stats = inner.solve(lin, q, L, free, fixed, tol_in)
         d = u_hat - u
-        step = float(np.max(np.abs(d), initial=0.0))
-        stat = gmax(_node_max(st, q * np.abs(d)))    # gradient mapping (prox-scaled step)
+        if distributed is None:
+            step = float(np.max(np.abs(d), initial=0.0))
+            stat = gmax(_node_max(st, q * np.abs(d)))    # gradient mapping (prox-scaled step)
+        else:
+            step = distributed.max_var(np.abs(d))
+            stat = distributed.max_var(q * np.abs(d))
         u_next = u + zeta_eff * d
         lin_next = lin_fn(u_next)
         # ---- L_k: upper-bound check of the non-forcing rows at the new point
         du = u_next - u
-        dcol = du[st.jac_cols]
+        dcol = du[st.jac_cols] if distributed is None else distributed.nonzero_view(du)
         lin_part = lin.c + np.bincount(st.jac_rows, weights=lin.a * dcol, minlength=K)
         quad = np.bincount(st.jac_rows, weights=dcol * dcol, minlength=K)
         miss = lin_next.c - (lin_part + 0.5 * L * quad)
         bad = free & (miss > 1e-12 * (1.0 + np.abs(lin.c))) & (quad > 0)
-        raised = int(bad.sum())
+        if distributed is None:
+            raised = int(bad.sum())
+        else:
+            bad &= distributed.local_rows
+            raised = int(round(distributed.sum_rows(bad.astype(float))))
         if raised:
             need = 2.0 * (lin_next.c[bad] - lin_part[bad]) / quad[bad]
             L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), k.L_max)

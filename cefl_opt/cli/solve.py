@@ -56,6 +56,8 @@ def run_solve(args: argparse.Namespace) -> int:
         if tmp_trace is not None:
             opts = opts.replace(trace_path=tmp_trace)
         res = solve(inst, args.method, opts)
+        if res.info.get("rank", 0) != 0:   # an MPI process other than 0: it writes nothing
+            return EXIT_OK
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             for why in res.info.get("reasons", []):
