@@ -22,32 +22,10 @@ from benchmarks import common  # noqa: E402
 
 
 def plot_trace(rows, path, title: str = "decentralized"):
-    """Objective / violation / aggregators by outer iteration from a solver trace."""
-    df = pd.DataFrame(rows)
-    plt = common.plt()
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4))
-    for ph, g in df.groupby("phase", sort=False):
-        a1.plot(g.outer, g.obj_model, label=f"{ph} phase")
-        a2.semilogy(g.outer, g.max_violation.clip(lower=1e-12), label=f"violation ({ph})")
-        a2.semilogy(g.outer, g.step_inf.clip(lower=1e-12), ls="--", label=f"step ({ph})")
-    a1.set_xlabel("outer iteration")
-    a1.set_ylabel("J(w^l) (model)")
-    a1.set_title(title)
-    a1.legend(fontsize=8)
-    a2.axhline(1e-6, color="k", lw=0.6)
-    a2.set_xlabel("outer iteration")
-    a2.set_ylabel("scaled violation / ||w_hat - w||_inf")
-    a2.legend(fontsize=8)
-    aggs = df.aggregators.astype(str).str.split("|", expand=True).astype(int)
-    for t in aggs.columns:
-        a3.step(df.outer, aggs[t] + 0.05 * t, where="post", label=f"round {t}")
-    a3b = a3.twinx()
-    a3b.semilogy(df.outer, df.I_binary_gap.clip(lower=1e-12), color="0.6", lw=0.8)
-    a3b.set_ylabel("1 - max_s I_s (grey)")
-    a3.set_xlabel("outer iteration")
-    a3.set_ylabel("aggregator (argmax I_s)")
-    a3.legend(fontsize=8)
-    return common.save_fig(fig, path)
+    """Objective / violation / aggregators by outer iteration from a solver trace (the main
+    job's figure, `cefl_opt.plots.plot_sca_trace`)."""
+    from cefl_opt.plots import plot_sca_trace
+    return plot_sca_trace(rows, path, title)
 
 
 def main(argv=None) -> int:
