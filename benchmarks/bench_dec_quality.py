@@ -100,14 +100,15 @@ def figure(df: pd.DataFrame, path):
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
+    suite = common.Suite("bench_dec_quality", __doc__)
+    ap = suite.ap
     ap.add_argument("--presets", default="small,paper")
     ap.add_argument("--seeds-small", default="101,102,103,104,105,106,107,108")
     ap.add_argument("--seeds-paper", default="101,102,103")
     ap.add_argument("--rounds-small", type=int, default=2)
     ap.add_argument("--rounds-paper", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1, help="instances in parallel processes")
-    args = ap.parse_args(argv)
+    args = suite.start(argv, seed=False)
     args.presets = [p for p in args.presets.split(",") if p]
     for p in args.presets:
         if p not in ("small", "paper"):
@@ -115,23 +116,19 @@ def main(argv=None) -> int:
     args.seeds_small, args.seeds_paper = _ints(args.seeds_small), _ints(args.seeds_paper)
     if args.quick:
         args.presets, args.seeds_small = ["small"], args.seeds_small[:2]
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     df = run(args)
-    f1 = common.write_csv(df, out / "dec_quality.csv")
-    f2 = figure(df, out / "dec_quality.png")
-    common.print_table(df, "decentralized vs ipopt-enum per seed",
-                       ["preset", "seed", "T", "dec_objective", "enum_objective", "gap",
-                        "stop_reason", "dec_feasible", "dec_aggregators", "enum_aggregators",
-                        "outer_iters", "inner_iters", "msgs_mean", "msgs_max", "bytes_mean",
-                        "dec_wall_s", "enum_wall_s"])
+    suite.csv(df, "dec_quality.csv")
+    figure(df, suite.path("dec_quality.png"))
+    suite.table(df, "decentralized vs ipopt-enum per seed",
+                ["preset", "seed", "T", "dec_objective", "enum_objective", "gap", "stop_reason",
+                 "dec_feasible", "dec_aggregators", "enum_aggregators", "outer_iters",
+                 "inner_iters", "msgs_mean", "msgs_max", "bytes_mean", "dec_wall_s",
+                 "enum_wall_s"])
     worst = df.loc[df.gap.idxmax()]
     print(f"\nworst gap {100 * worst.gap:.2f} % ({worst.preset} seed {worst.seed}); "
           f"all feasible: {bool(df.dec_feasible.all())}; all converged: "
           f"{bool((df.stop_reason == 'converged').all())}")
-    common.footer("bench_dec_quality", t0, [f1, f2])
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

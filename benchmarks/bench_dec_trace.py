@@ -14,8 +14,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import time  # noqa: E402
-
 import pandas as pd  # noqa: E402
 
 from benchmarks import common  # noqa: E402
@@ -29,27 +27,23 @@ def plot_trace(rows, path, title: str = "decentralized"):
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__)
-    ap.add_argument("--preset", default="paper")
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
+    suite = common.Suite("bench_dec_trace", __doc__)
+    suite.ap.add_argument("--preset", default="paper")
+    suite.ap.add_argument("--rounds", type=int, default=3)
+    args = suite.start(argv, seed=False)
     if args.quick:
         args.preset, args.rounds = "small", 2
-    common.quiet()
-    t0 = time.perf_counter()
-    out = common.out_dir(args)
     from cefl_opt.generator import make_instance
     from cefl_opt.solvers.decentralized import solve_decentralized
     inst = make_instance(args.preset, seed=args.seed, rounds=args.rounds)
     sol, info = solve_decentralized(inst)
-    f1 = common.write_csv(pd.DataFrame(info["trace"]), out / "dec_trace.csv")
-    f2 = plot_trace(info["trace"], out / "dec_trace.png",
-                    f"decentralized, {inst.name}: {info['stop_reason']}, J = {sol.objective:.5g}")
+    suite.csv(pd.DataFrame(info["trace"]), "dec_trace.csv")
+    plot_trace(info["trace"], suite.path("dec_trace.png"),
+               f"decentralized, {inst.name}: {info['stop_reason']}, J = {sol.objective:.5g}")
     print(f"{inst.name}: {info['stop_reason']} after {info['outer_iterations']} outer / "
           f"{info['inner_iterations']} inner iterations, objective {sol.objective:.6g}, "
           f"{info['wall_s']:.1f} s")
-    common.footer("bench_dec_trace", t0, [f1, f2])
-    return 0
+    return suite.finish()
 
 
 if __name__ == "__main__":
