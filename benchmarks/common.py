@@ -149,6 +149,8 @@ def solution_summary(inst, sol) -> dict[str, float]:
         "mean_m_data_weighted": float((m * D_i).sum() / D_i.sum()),
         "min_m": float(m.min()),
         "mean_gamma": float(g.mean()),
+        "mean_gamma_data_weighted": float((g * D_i).sum() / D_i.sum()),
+        "max_gamma": float(g.max()),
         "offload_share": float(np.mean([d.rho_nb.sum(axis=1).mean() for d in R])),
         "E_P_ue_J": float(sum(r["E_P_ue"] for r in ev.rounds)),
         "E_P_dc_J": float(sum(r["E_P_dc"] for r in ev.rounds)),
@@ -190,9 +192,31 @@ def add_sweep_args(ap: argparse.ArgumentParser, flag: str, default: str) -> None
     ap.add_argument("--method", default="ipopt-enum", choices=method_names())
 
 
+def add_constants_args(ap: argparse.ArgumentParser) -> None:
+    """Options of the ML constants (issue 15): measured on a data set (cached) by default."""
+    ap.add_argument("--placeholder-constants", action="store_true",
+                    help="keep the preset's placeholder ML constants (no measurement)")
+    ap.add_argument("--dataset", default="fmnist")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--cache-dir", default="results/cache")
+
+
 def sweep_instance(args):
-    """The paper preset (reduced under --quick) with T = --T or 2 rounds."""
-    return instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args))
+    """The paper preset (reduced under --quick) with T = --T or 2 rounds; with the ML constants
+    measured on --dataset (`measured_constants`, cached) when the suite declared
+    `add_constants_args` and --placeholder-constants is not given."""
+    inst = instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args))
+    if getattr(args, "placeholder_constants", True):
+        return inst
+    from cefl_opt.learning.data import load_dataset
+    from cefl_opt.learning.estimation import apply_estimates, measured_constants
+    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    inst = apply_estimates(inst, measured_constants(inst, data, dataset=args.dataset,
+                                                    seed=args.seed, cache_dir=args.cache_dir))
+    print(f"measured constants L {inst.L:.4g} zeta1 {inst.zeta1:.4g} zeta2 {inst.zeta2:.4g} "
+          f"Theta max {inst.Theta.max():.4g} sigma max {inst.sigma.max():.4g}, vartheta "
+          f"{inst.vartheta_mode}", flush=True)
+    return inst
 
 
 def print_weights(name: str, inst, method: str, which: str) -> dict[str, float]:

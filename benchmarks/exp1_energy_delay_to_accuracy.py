@@ -2,9 +2,19 @@
 energy (kJ) and delay (s) to reach 60/70/80 % test accuracy, CE-FL vs FedNova vs FedAvg.
 
     python -m benchmarks.exp1_energy_delay_to_accuracy [--quick] [--seed 0] [--rounds 300]
+        [--pair default|constant|tau_eff|old] [--placeholder-constants] [--paper-runs-only]
 
-CE-FL's orchestration comes from the ``decentralized`` method (``--cefl-method`` overrides; the
-one used is printed and written to the CSV).
+ML constants (issue 15): measured on the run's data set by default (L, Theta, zeta1, zeta2,
+sigma: `cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds,
+cached in results/cache), the default weights renormalised for them; `--placeholder-constants`
+keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), `--pair`:
+`default` the instance's default vartheta_mode, `constant` (bound and CE-FL's aggregation use
+vartheta = 1), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before issue 15: bound
+vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
+averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
+
+CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from
+``ipopt-enum`` (``--cefl-method`` overrides; the one used is printed and written to the CSV).
 The baselines (paper §VI-B, ``cefl_opt.learning.strategies``) run without offloading on the UEs
 only, at a fixed aggregator (DC 0), with the CE-FL round's *averaged* f, m and gamma
 (``average=True``, the paper's setting). With every UE at the same gamma, FedNova's normalised
@@ -23,11 +33,13 @@ Default: the paper network, T = 5, Fashion-MNIST, MLP, up to 300 rounds (measure
 """
 from __future__ import annotations
 
+
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from benchmarks import common
+from cefl_opt import system
 
 NAME = "exp1_energy_delay_to_accuracy"
 
@@ -36,10 +48,16 @@ RUNS = [("CE-FL", "cefl", True), ("FedNova", "fednova", True), ("FedAvg", "fedav
         ("FedNova(own)", "fednova", False), ("FedAvg(own)", "fedavg", False)]
 
 
-def train(inst, sol, data, label, method, average, *, rounds, seed, targets, model, early_stop):
+PAIRS = {  # --pair -> (instance vartheta_mode, CE-FL trainer's vartheta: None = the instance's)
+    "constant": ("constant", None), "tau_eff": ("tau_eff", None), "old": ("constant", "tau_eff")}
+
+
+def train(inst, sol, data, label, method, average, *, rounds, seed, targets, model, early_stop,
+          vartheta=None):
     from cefl_opt.learning.strategies import make_strategy
     from cefl_opt.learning.trainer import Trainer
-    strat = make_strategy(method, inst, sol, average=average)
+    strat = make_strategy(method, inst, sol, average=average,
+                          vartheta=vartheta if method == "cefl" else None)
     tr = Trainer(inst, strat, data, model=model, seed=seed)
     top = max(targets)
     with tqdm(total=rounds, desc=f"exp1 {label}", unit="round", leave=False, mininterval=2) as bar:
@@ -71,6 +89,13 @@ def main(argv=None) -> int:
     ap.add_argument("--cefl-method", default="auto", choices=["auto"] + common.method_names(),
                     help="orchestration of CE-FL: auto (decentralized) or any solve method")
     ap.add_argument("--no-early-stop", action="store_true")
+    ap.add_argument("--pair", choices=("default", *PAIRS), default="default",
+                    help="vartheta of bound and CE-FL trainer (module docstring)")
+    ap.add_argument("--placeholder-constants", action="store_true",
+                    help="keep the preset's placeholder ML constants (no measurement)")
+    ap.add_argument("--paper-runs-only", action="store_true",
+                    help="only CE-FL, FedNova, FedAvg (skip the per-UE baseline variants)")
+    ap.add_argument("--cache-dir", default="results/cache")
     args = suite.start(argv)
     T = args.T or (2 if args.quick else 5)
     rounds = args.rounds or (40 if args.quick else 300)
@@ -81,7 +106,24 @@ def main(argv=None) -> int:
     from cefl_opt.learning.trainer import targets_table
 
     inst = common.instance("paper", seed=args.seed, rounds=T, **common.net_kwargs(args))
-    print(f"{NAME}: instance {inst.name}; CE-FL orchestration by '{meth}' ...", flush=True)
+    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    if not args.placeholder_constants:
+        from cefl_opt.learning.estimation import apply_estimates, measured_constants
+        est = measured_constants(inst, data, dataset=args.dataset, model=args.model,
+                                 seed=args.seed, cache_dir=args.cache_dir)
+        inst = apply_estimates(inst, est)
+    mode, cefl_vt = PAIRS.get(args.pair, (inst.vartheta_mode, None))
+    if mode != inst.vartheta_mode:
+        from cefl_opt.system import normalising_weights
+        inst = inst.copy(vartheta_mode=mode)
+        inst = inst.copy(**normalising_weights(inst))
+    constants = ("placeholder" if args.placeholder_constants else "measured")
+    print(f"{NAME}: instance {inst.name}; {constants} constants L {inst.L:.4g} zeta1 "
+          f"{inst.zeta1:.4g} zeta2 {inst.zeta2:.4g} Theta max {inst.Theta.max():.4g} sigma max "
+          f"{inst.sigma.max():.4g}; pair {args.pair} (bound vartheta {inst.vartheta_mode}"
+          f"{'' if mode == 'tau_eff' else f' = {inst.vartheta:g}'}, CE-FL trainer "
+          f"{cefl_vt or ('tau_eff' if mode == 'tau_eff' else inst.vartheta)}); "
+          f"CE-FL orchestration by '{meth}' ...", flush=True)
     res = common.solve_timed(inst, meth, **common.solve_opts(meth, args.quick))
     if res.solution is None:
         print(f"{NAME}: method {meth} returned no solution ({res.status}); nothing to train")
@@ -93,12 +135,23 @@ def main(argv=None) -> int:
           f"aggregators {summ['aggregators']}, mean offload share {summ['offload_share']:.3f}, "
           f"gamma in [{g_all.min():.3g}, {g_all.max():.3g}], mean m {summ['mean_m']:.3g}, "
           f"mean f {summ['mean_f_GHz']:.3g} GHz", flush=True)
+    gtab = gamma_table(inst, sol)
+    suffix = "" if args.pair == "default" else f"_{args.pair}"
+    suite.csv(gtab, f"{NAME}{suffix}_gamma.csv")
+    piv = gtab[gtab["D"] > 0].groupby(["round", "kind"])["gamma"].agg(["min", "mean", "max"])
+    suite.table(piv.reset_index(), "gamma chosen by P per round (units holding data)")
+    ev = system.evaluate(inst, sol)
+    print(f"  step-size condition: {ev.ml_info['step_lhs']:.5g} <= {ev.ml_info['step_rhs']:.5g}"
+          f" ({'holds' if ev.feasible else 'VIOLATED'}); common-gamma cap "
+          f"{system.common_gamma_step_cap(inst):.4g}; data-weighted gbar {ev.ml_info['gbar']:.4g}",
+          flush=True)
 
-    data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     hists, rows = [], []
-    for label, method, average in tqdm(RUNS, desc=NAME, unit="run"):
+    runs = RUNS[:3] if args.paper_runs_only else RUNS
+    for label, method, average in tqdm(runs, desc=NAME, unit="run"):
         h = train(inst, sol, data, label, method, average, rounds=rounds, seed=args.seed,
-                  targets=targets, model=args.model, early_stop=not args.no_early_stop)
+                  targets=targets, model=args.model, early_stop=not args.no_early_stop,
+                  vartheta=cefl_vt)
         h.insert(0, "run", label)
         hists.append(h)
         tt = targets_table(h, targets)
@@ -115,18 +168,23 @@ def main(argv=None) -> int:
                                for r in df.itertuples()]
     df["delay_saving_pct"] = [saving(r.cum_delay_s, ce.loc[r.target, "cum_delay_s"])
                               for r in df.itertuples()]
+    df.insert(0, "pair", args.pair)
+    df.insert(1, "vartheta_mode", inst.vartheta_mode)
+    df.insert(2, "constants", constants)
     df.insert(0, "cefl_method", meth)
     df.insert(1, "cefl_objective", summ["objective"])
     df.insert(2, "dataset", args.dataset)
     df.insert(3, "seed", args.seed)
     hist = pd.concat(hists, ignore_index=True)
-    suite.csv(df, f"{NAME}.csv")
-    suite.csv(hist, f"{NAME}_history.csv")
+    suite.csv(df, f"{NAME}{suffix}.csv")
+    suite.csv(hist, f"{NAME}{suffix}_history.csv")
 
     # tables like the paper's: rows = target, columns = runs, plus CE-FL's savings
     for q, unit in (("cum_energy_kJ", "energy (kJ)"), ("cum_delay_s", "delay (s)")):
-        for variant, labels in (("paper baselines (averaged f/m/gamma)", ["FedNova", "FedAvg"]),
-                                ("per-UE baselines (average=False)", ["FedNova(own)", "FedAvg(own)"])):
+        variants = [("paper baselines (averaged f/m/gamma)", ["FedNova", "FedAvg"])]
+        if not args.paper_runs_only:
+            variants.append(("per-UE baselines (average=False)", ["FedNova(own)", "FedAvg(own)"]))
+        for variant, labels in variants:
             tab = df[df["run"].isin(["CE-FL", *labels])].pivot(index="target", columns="run", values=q)
             tab = tab[["CE-FL", *labels]]
             for b in labels:
@@ -134,7 +192,7 @@ def main(argv=None) -> int:
             suite.table(tab.reset_index(), f"{unit} to reach target accuracy - {variant}")
     # do the baselines coincide?
     by = {h["run"].iloc[0]: h for h in hists}
-    for a, b in (("FedNova", "FedAvg"), ("FedNova(own)", "FedAvg(own)")):
+    for a, b in (("FedNova", "FedAvg"), ("FedNova(own)", "FedAvg(own)"))[:len(runs) // 2]:
         n = min(len(by[a]), len(by[b]))
         d = float(np.max(np.abs(by[a]["accuracy"].values[:n] - by[b]["accuracy"].values[:n])))
         print(f"{a} vs {b}: max |accuracy difference| over {n} rounds = {d:.3g}"
@@ -145,8 +203,19 @@ def main(argv=None) -> int:
           f"final accuracies: " + ", ".join(f"{k} {v['accuracy'].iloc[-1]:.3f} "
                                             f"({len(v)} rounds)" for k, v in by.items()))
 
-    plot(hist, targets, suite.path(f"{NAME}.png"), meth, args.dataset)
+    plot(hist, targets, suite.path(f"{NAME}{suffix}.png"), meth, args.dataset)
     return suite.finish()
+
+
+def gamma_table(inst, sol) -> pd.DataFrame:
+    """One row per round and DPU: its kind, data D_i after offloading and the gamma P chose."""
+    rows = []
+    for t, r in enumerate(sol.rounds):
+        ds = system.data_split(inst, t, r)
+        for i, (D, g) in enumerate(zip(np.r_[ds["D_n"], ds["D_s"]], np.r_[r.gamma_ue, r.gamma_dc])):
+            rows.append({"round": t, "unit": f"ue{i}" if i < inst.N else f"dc{i - inst.N}",
+                         "kind": "UE" if i < inst.N else "DC", "D": float(D), "gamma": float(g)})
+    return pd.DataFrame(rows)
 
 
 def plot(hist: pd.DataFrame, targets, path, meth, dataset):

@@ -9,6 +9,11 @@ Reported per factor: the mean of m over all DPUs and rounds, its data-weighted m
 holds no data has no cost for its m, so its m is arbitrary), min m (the corollary bound depends
 on m only through min_{t,i} m), and the processing energies.
 
+ML constants (issue 15): measured on Fashion-MNIST by default (L, Theta, zeta1, zeta2, sigma;
+`cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds, cached in
+results/cache), with the instance's default vartheta_mode; `--placeholder-constants` keeps the
+preset's 1s. The mean gamma P chooses (over units holding data, weighted by data) is reported.
+
 Writes results/bench/exp4_xi1.csv and exp4_xi1.png.
 Default: the paper network, T = 2, ipopt-enum (measured 10 minutes with another job running on
 the 2-core machine; the factors 0.1 and 10 take longest).
@@ -25,6 +30,7 @@ NAME = "exp4_xi1"
 
 def main(argv=None) -> int:
     suite = common.Suite(NAME, __doc__, net_args=True, sweep=("--factors", "0.1,0.3,1,3,10"))
+    common.add_constants_args(suite.ap)
     args = suite.start(argv)
     factors = [float(x) for x in args.factors.split(",")]
     base = common.sweep_instance(args)
@@ -40,8 +46,9 @@ def main(argv=None) -> int:
     suite.csv(df, f"{NAME}.csv")
     suite.table(df, f"xi1 sweep ({args.method})",
                 ["xi1_factor", "objective", "ml_bound", "delay_s", "energy_J", "mean_m",
-                 "mean_m_data_weighted", "min_m", "mean_gamma", "E_P_ue_J", "E_P_dc_J",
-                 "E_P_J", "offload_share", "aggregators", "wall_s"])
+                 "mean_m_data_weighted", "min_m", "mean_gamma", "mean_gamma_data_weighted",
+                 "max_gamma", "E_P_ue_J", "E_P_dc_J", "E_P_J", "offload_share", "aggregators",
+                 "wall_s"])
     ok = df.dropna(subset=["objective"])
     common.report_trends(ok, "xi1_factor", [
         ("mean m", "mean_m", "up"), ("data-weighted m", "mean_m_data_weighted", "up"),

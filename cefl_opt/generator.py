@@ -20,8 +20,8 @@ Every default number, with where it comes from (SI units):
 | `beta_D, beta_M` | 6272 bit, 4e7 bit | SPEC §1 (the paper's table swaps them) |
 | `Dbar` | N(2000, sqrt(200)) x sub-network concentration | paper §VI (variance 200); concentration c=0.3 moves to the next sub-network each round |
 | ML `eta, mu, Delta` | 0.001, 0.01, 0.3 | paper table |
-| ML `vartheta` (in the bound) | 1.0 | the paper's 0.01 makes the 1/vartheta terms dwarf the rest so that gamma is pinned to its floor; 1 keeps an interior optimum (README) |
-| ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate` fills measured values |
+| ML `vartheta_mode`, `vartheta` | instance default mode; 1.0 | SPEC §3: one vartheta for bound and trainer, `tau_eff` (FedNova's, a function of gamma) or the number `vartheta` (mode `constant`; the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training) |
+| ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate --apply` and `cefl-opt run` put measured values in |
 | `F0 - F*` | 2.3 | ln(10): cross-entropy of an untrained 10-class model, F* >= 0 |
 | `gamma` | [1, 20] | local SGD iterations |
 | `m_floor, z_floor, R_floor` | 0.01, 0.01, 1 Mbit/s | positive floors keep 1/m, 1/z, 1/R finite |

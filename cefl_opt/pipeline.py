@@ -1,6 +1,9 @@
 """`cefl-opt run`: the toolkit's main job (issue 6).
 
-Generate the default `paper` instance, solve P with the decentralised method, the centralised
+Generate the default `paper` instance, measure its ML constants (L, Theta, zeta1, zeta2, sigma:
+`cefl-opt estimate --dynamic` on the run's data set and the instance's partition, computed once and
+cached by the instance's name, seed and data in `--cache-dir`; `--placeholder-constants` skips
+this), solve P with the decentralised method, the centralised
 reference `ipopt-enum` (the report gives every method's gap to it) and the baselines, train on
 Fashion-MNIST with CE-FL, FedNova and FedAvg, and write a report folder: `report.md` (tables),
 PNG figures, CSVs and every solution file. The command line (argument checks, the report
@@ -24,21 +27,32 @@ TRACED = ("decentralized", "decentralized-polish", "centralized-pd")  # write an
 
 def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int = 0,
                  methods: list[str] | None = None, data=None, dataset: str = "fmnist",
-                 train_rounds: int = 30, targets: list[float] | None = None,
-                 model: str = "mlp") -> Path:
+                 train: bool = True, train_rounds: int = 30, targets: list[float] | None = None,
+                 model: str = "mlp", measure: bool = True,
+                 cache_dir: str | Path = "results/cache") -> Path:
     """Write the report into the existing folder `out`; return the path of report.md.
 
     Arguments are assumed checked (``cefl-opt run`` checks them all before calling);
-    `data` is the loaded data set ``(X_train, y_train, X_test, y_test)``, or None to skip
-    training.
+    `data` is the loaded data set ``(X_train, y_train, X_test, y_test)`` (needed to measure the
+    ML constants, `measure`, and to train, `train`).
     """
     from cefl_opt.solvers.base import method_spec, solve
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
     inst = make_instance(preset, rounds=rounds, seed=seed)
+    if measure:
+        from .learning.estimation import apply_estimates, measured_constants
+        print(f"[1/3] measuring the ML constants on {dataset} (dynamic, once per instance "
+              f"and seed; cache {cache_dir}) ...", flush=True)
+        est = measured_constants(inst, data, dataset=dataset, model=model, seed=seed,
+                                 cache_dir=cache_dir, log=lambda m: print("      " + m, flush=True))
+        inst = apply_estimates(inst, est)
+        print(f"      L {inst.L:.4g}, zeta1 {inst.zeta1:.4g}, zeta2 {inst.zeta2:.4g}, Theta max "
+              f"{inst.Theta.max():.4g}, sigma max {inst.sigma.max():.4g}", flush=True)
     inst.save(out / "instance.json")
-    print(f"[1/3] instance {inst.name} -> {out / 'instance.json'}", flush=True)
+    print(f"[1/3] instance {inst.name} ({'measured' if measure else 'placeholder'}"
+          f" ML constants) -> {out / 'instance.json'}", flush=True)
 
     rows, sols = [], {}
     for meth in meths:
@@ -74,7 +88,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     cefl_src = "decentralized" if "decentralized" in sols else (
         min(opt, key=lambda m: solvers.set_index("method").loc[m, "objective"]) if opt else None)
     train_tables = {}
-    if data is not None and cefl_src is not None:
+    if train and data is not None and cefl_src is not None:
         from .learning.trainer import run_training
         hist = []
         for method in ("cefl", "fednova", "fedavg"):

@@ -222,7 +222,8 @@ class ScipOptions(MethodOptions):
 #: PDConstants fields (solvers/primal_dual.py) that `DecentralizedOptions` can override
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
-                      "max_outer", "dual_cap", "curvature", "tol_ratio", "inner")
+                      "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
+                      "L_max")
 _PRESET = "the preset's"
 
 
@@ -271,6 +272,10 @@ class DecentralizedOptions(MethodOptions):
                                      check=positive, **_preset())
     viol_tol: float | None = option(None, "largest scaled violation accepted at the stop",
                                     check=positive, **_preset())
+    stat_tol: float | None = option(None, "curvature-weighted step max_i q_i |du_i| at which "
+                                    "Alg. 1 also stops", check=positive, **_preset())
+    L_max: float | None = option(None, "cap of the per-row prox weights L_k", check=positive,
+                                 **_preset())
     force_after: int | None = option(None, "outer iterations before the binary forcing acts",
                                      check=at_least(0), **_preset())
     rho0: float | None = option(None, "initial weight of the forcing penalty", check=positive,

@@ -72,6 +72,7 @@ class PDConstants:
     inner_tol: float = 1e-8
     outer_tol: float = 1e-4
     stat_tol: float = 1e-5
+    L_max: float = 1e6
     viol_tol: float = 1e-6
     force_after: int = 10
     rho0: float = 1e-3

@@ -528,6 +528,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     L_k is raised (x2, or 1.5x what would have made C~_k an upper bound at the new point) when
     the surrogate missed row k, and the step is rejected if that left the row violated beyond
     viol_tol and worse than before; L_k decays by 0.7 per iteration otherwise (floor L_C/100).
+    A rejection also halves the step zeta for the next try (backtracking; doubled back after an
+    accepted step); after six halvings the short step is taken (L_k may be at its cap, and a
+    surrogate that keeps missing would otherwise repeat the same rejected step forever: seen on
+    the paper network with T = 5).
     Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol or the gradient mapping
     max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
     along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
@@ -555,6 +559,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     records: list[OuterRecord] = []
     reason = "max_outer"
     rho = 0.0
+    zeta_eff = float(k.zeta)
     forcing_prev = np.inf
     tol_in = 1e-4
     fnorm = st.row_norm[force]
@@ -575,7 +580,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         else:
             step = distributed.max_var(np.abs(d))
             stat = distributed.max_var(q * np.abs(d))
-        u_next = u + k.zeta * d
+        u_next = u + zeta_eff * d
         lin_next = lin_fn(u_next)
         # ---- L_k: upper-bound check of the non-forcing rows at the new point
         du = u_next - u
@@ -591,11 +596,14 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             raised = int(round(distributed.sum_rows(bad.astype(float))))
         if raised:
             need = 2.0 * (lin_next.c[bad] - lin_part[bad]) / quad[bad]
-            L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), 1e6)
+            L[bad] = np.minimum(np.maximum(2.0 * L[bad], 1.5 * need), k.L_max)
         L = np.where(free & ~bad, np.maximum(0.7 * L, k.L_C / 100.0), L)
         viol_next = gmax(np.where(free, np.maximum(lin_next.c, 0.0), 0.0))
         viol_now = gmax(np.where(free, np.maximum(lin.c, 0.0), 0.0))
         rejected = bool(raised) and viol_next > max(k.viol_tol, viol_now)
+        if rejected and zeta_eff <= k.zeta / 64.0:   # backtracked enough: take the short step
+            rejected = False
+        zeta_eff = zeta_eff / 2.0 if rejected else min(k.zeta, 2.0 * zeta_eff)
         forcing = gmax(np.where(force, np.maximum(lin_next.c, 0.0), 0.0) *
                        np.where(force, st.row_norm, 0.0)) if len(fnorm) else 0.0
         rec = OuterRecord(it=it, phase=phase, u=u, lin=lin, u_hat=u_hat, step_inf=step,
@@ -606,7 +614,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         records.append(rec)
         forcing_prev = forcing
         stop = callback(rec) if callback is not None else False
-        tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step))
+        # inner accuracy: tightened with the step, and below the violation being removed (an
+        # inexact surrogate solution would otherwise leave rows violated and be rejected)
+        tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step,
+                                      0.5 * max(min(viol_now, viol_next), k.viol_tol)))
         if not rejected:
             u, lin = u_next, lin_next
             binary_ok = phase != "relaxed" or (forcing_on and forcing <= 1e-9)

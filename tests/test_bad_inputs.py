@@ -148,9 +148,9 @@ CLI_CASES = {
                              "--out", "{d}/e.json"], 2, ["--J", "'0'"]),
     "estimate: --scale inf": ({}, ["estimate", "{d}/net.json", "--dataset", "digits", "--scale",
                                    "inf", "--out", "{d}/e.json"], 2, ["--scale", "'inf'"]),
-    "estimate: --apply is the instance": ({}, ["estimate", "{d}/net.json", "--dataset", "digits",
-                                               "--out", "{d}/e.json", "--apply", "{d}/net.json"],
-                                          2, ["--apply", "net.json", "input"]),
+    "estimate: --apply is --out": ({}, ["estimate", "{d}/net.json", "--dataset", "digits",
+                                        "--out", "{d}/e.json", "--apply", "{d}/e.json"],
+                                   2, ["--apply", "e.json"]),
     # ---- run (checked before any solve; no report folder left)
     "run: --preset": ({}, ["run", "--out", "{d}/rep", "--preset", "huge"], 2,
                       ["--preset", "'huge'"]),

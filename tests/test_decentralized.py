@@ -283,3 +283,14 @@ def test_small_many_seeds_within_1pct(seed):
     sol, info = solve_decentralized(inst)
     assert info["stop_reason"] == "converged" and info["feasible"]
     assert sol.objective <= enum_reference(inst) * 1.01
+
+
+@pytest.mark.parametrize("mode", ["constant", "tau_eff"])
+def test_converges_with_both_vartheta_modes(mode):
+    """The ML term's vartheta as a constant or as FedNova's tau_eff (a function of gamma and
+    D): the SCA converges and the solution is feasible either way."""
+    inst = make_instance("tiny", seed=0).copy(vartheta_mode=mode)
+    sol, info = solve_decentralized(inst)
+    assert info["stop_reason"] == "converged"
+    assert info["violation_relaxed"] <= 1e-6
+    assert system.evaluate(inst, sol).feasible

@@ -219,3 +219,23 @@ def test_instance_copy_and_validate():
     assert c.L == 2.0 and inst.L == 1.0
     with pytest.raises(InstanceError, match="'L'"):
         inst.copy(L=-1.0)
+
+
+def test_vartheta_mode_field(tmp_path, tiny_hand):
+    """vartheta_mode (issue 15): 'tau_eff' by default, round-trips, and a bad value is one clear
+    error naming the field and the value; files written before the field load with the default."""
+    inst, _ = tiny_hand
+    assert inst.vartheta_mode == "tau_eff"
+    c = inst.copy(vartheta_mode="constant")
+    c.save(tmp_path / "c.json")
+    assert Instance.load(tmp_path / "c.json").vartheta_mode == "constant"
+    d = inst.to_dict()
+    d.pop("vartheta_mode")
+    with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is missing"):
+        Instance.from_dict(d)                      # format 2: every field is required
+    old = {{"xi3": "xi3_total", "xi3_parts": "xi3"}.get(k, k): v for k, v in d.items()}
+    old["format"] = "cefl-instance/1"              # format 1 predates the field: the default
+    assert Instance.from_dict(old).vartheta_mode == Instance.__dataclass_fields__[
+        "vartheta_mode"].default
+    with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is 'fednova', expected one of"):
+        Instance.from_dict(dict(inst.to_dict(), vartheta_mode="fednova"))

@@ -91,8 +91,16 @@ def test_estimate_writes_json_and_applied_instance(files):
     assert est["J"] == 2 and est["scale"] == 1.5 and len(est["Theta"]) == 5
     inst2 = Instance.load(new)
     assert inst2.L == pytest.approx(est["L"]) and inst2.zeta2 == pytest.approx(est["zeta2"])
+    assert len(est["sigma"]) == 5 and inst2.sigma.tolist() == pytest.approx(est["sigma"])
+    # --apply naming the input file updates it in place
+    net = files / "net.json"
+    args = parse(["estimate", str(net), "--dataset", "digits", "--J", "1", "--sample-size", "4",
+                  "--grad-max", "20", "--out", str(out), "--apply", str(net)])
+    assert args.func(args) == 0
+    assert Instance.load(net).sigma.tolist() == pytest.approx(json.loads(out.read_text())["sigma"])
+    assert not list(files.glob("*.tmp"))
     dyn = files / "dyn.json"
-    args = parse(["estimate", str(files / "net.json"), "--dataset", "digits", "--J", "1",
+    args = parse(["estimate", str(files / "net2.json"), "--dataset", "digits", "--J", "1",
                   "--sample-size", "4", "--grad-max", "20", "--dynamic", "--out", str(dyn)])
     assert args.func(args) == 0
     assert len(json.loads(dyn.read_text())["per_round"]) == 2

@@ -130,3 +130,41 @@ def test_estimates_fill_the_instance_on_real_data():
         apply_estimates(inst, dict(e, Theta=[1.0]))
     with pytest.raises(InstanceError):
         estimate(make_model("mlp", X.shape[1:]), X, y, [np.zeros(0, int)])
+
+
+def test_sigma_is_the_sample_standard_deviation_by_hand():
+    """sigma_i^2 = sum_j ||xi_j - mean xi||^2 / (D_i - 1) (SPEC §3). DPU 0 holds the points
+    (0,0), (2,0), (0,2), (2,2): mean (1,1), each squared distance 2, sum 8, / 3 -> sigma^2 = 8/3.
+    DPU 1 holds (1,1), (3,3): mean (2,2), distances 2 + 2 = 4, / 1 -> sigma = 2. DPU 2 holds one
+    point and DPU 3 none: they get the largest of the others, 2."""
+    from cefl_opt.learning.estimation import sample_sigma, sigma_per_dpu
+    X = np.array([[0, 0], [2, 0], [0, 2], [2, 2], [1, 1], [3, 3], [5, 5]], dtype=np.float32)
+    sig = sigma_per_dpu(X.reshape(7, 1, 2), [np.arange(4), np.array([4, 5]), np.array([6]),
+                                             np.zeros(0, int)])
+    assert sig == pytest.approx([np.sqrt(8 / 3), 2.0, 2.0, 2.0], rel=1e-12)
+    assert sample_sigma(torch.tensor(X[:1])) == 0.0
+
+
+def test_sigma_in_estimates_dynamic_max_and_applied():
+    """estimate() reports sigma unscaled; the dynamic estimate keeps its running maximum per DPU;
+    apply_estimates writes it and renormalises default weights (not user-set ones)."""
+    from cefl_opt.learning.estimation import sigma_per_dpu
+    from cefl_opt.system import normalising_weights
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(200, 3)).astype(np.float32)
+    X[100:] *= 3.0
+    y = np.zeros(200, dtype=np.int64)
+    rounds = [[np.arange(0, 50), np.arange(50, 100)], [np.arange(100, 150), np.arange(50, 100)]]
+    e = estimate_dynamic(Center(3), X, y, rounds, loss_fn=center_loss(1.0), sample_size=8, J=2,
+                         scale=1.5)
+    s0, s1 = sigma_per_dpu(X, rounds[0]), sigma_per_dpu(X, rounds[1])
+    assert e["per_round_raw"][0]["sigma"] == pytest.approx(s0.tolist())
+    assert e["sigma"] == pytest.approx(np.maximum(s0, s1).tolist())
+    assert e["sigma"][0] == pytest.approx(s1[0]) and s1[0] > 2 * s0[0]
+    inst = toy_instance(N=1, B=1, S=1, T=2, D=50, seed=0)
+    inst = inst.copy(**normalising_weights(inst))
+    new = apply_estimates(inst, dict(e, Theta=[1.0, 1.0]))
+    assert new.sigma.tolist() == pytest.approx(e["sigma"])
+    assert new.xi1 == pytest.approx(normalising_weights(new)["xi1"]) and new.xi1 != inst.xi1
+    hand = inst.copy(xi1=0.123)                                    # set by hand: kept
+    assert apply_estimates(hand, dict(e, Theta=[1.0, 1.0])).xi1 == 0.123

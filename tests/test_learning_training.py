@@ -202,3 +202,32 @@ def test_paper_network_fmnist_cefl_vs_fednova():
         assert h["accuracy"].iloc[-1] >= 0.65, (method, h["accuracy"].tolist())
         assert h["dpus_trained"].iloc[0] == (25 if method == "cefl" else 20)
         assert np.isfinite(h["cum_energy_kJ"]).all() and (h["delay_s"] > 0).all()
+
+
+def test_baselines_average_only_over_dpus_holding_data(digits):
+    """Issue 12: every UE offloads all its data and every BS routes it to DC 0, so only DC 0
+    trains in the CE-FL round. The baselines' gamma and m are then DC 0's (3 and 0.4), not a
+    mean that counts the empty UEs (gamma 9, m 0.9) and the empty DC 1 (gamma 7, m 0.05)."""
+    inst = toy_instance(N=3, B=2, S=2, T=1, D=60, seed=2)
+    sol = toy_solution(inst, offload=1.0, seed=2)
+    r = sol.rounds[0]
+    r.rho_bs = np.array([[1.0, 0.0], [1.0, 0.0]])
+    r.gamma_ue, r.m_ue = np.full(3, 9.0), np.full(3, 0.9)
+    r.gamma_dc, r.m_dc = np.array([3.0, 7.0]), np.array([0.4, 0.05])
+    plan = CEFL(inst, sol).configure_round(0, [np.arange(k * 60, (k + 1) * 60) for k in range(3)],
+                                           np.random.default_rng(0))
+    assert [f.dpu for f in plan.fit] == [3]                            # only DC 0 trains
+    for cls in (FedNova, FedAvg):
+        dec = cls(inst, sol).averaged_decision(0, np.full(3, 60))
+        assert np.allclose(dec.gamma_ue, 3.0) and np.allclose(dec.m_ue, 0.4)
+
+
+def test_trainer_uses_the_instances_vartheta(digits):
+    """SPEC §3: one vartheta for bound and trainer: the strategies read the instance's mode."""
+    inst = toy_instance(N=3, B=1, S=1, T=1, D=60, seed=0)
+    sol = toy_solution(inst)
+    assert CEFL(inst.copy(vartheta_mode="tau_eff"), sol).vartheta == "tau_eff"
+    c = inst.copy(vartheta_mode="constant", vartheta=0.7)
+    assert CEFL(c, sol).vartheta == 0.7
+    assert FedNova(c, sol).vartheta == "tau_eff"          # the baseline keeps its definition
+    assert CEFL(c, sol, vartheta="tau_eff").vartheta == "tau_eff"           # explicit override

@@ -12,10 +12,14 @@ from cefl_opt.solution import Solution
 def test_run_writes_a_complete_report(tmp_path, capsys):
     out = tmp_path / "run"
     rc = cli.main(["run", "--out", str(out), "--preset", "small", "--rounds", "2",
-                   "--methods", "decentralized,ipopt-enum,greedy-rate,no-offload", "--dataset", "digits",
-                   "--train-rounds", "2", "--targets", "0.3,0.5"])
+                   "--methods", "decentralized,ipopt-enum,greedy-rate,no-offload",
+                   "--dataset", "digits", "--train-rounds", "2", "--targets", "0.3,0.5",
+                   "--cache-dir", str(tmp_path / "cache")])
     assert rc == 0
-    assert f"report: {out / 'report.md'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"report: {out / 'report.md'}" in printed and "measured ML constants" in printed
+    # the constants were measured on the data (issue 15) and cached once
+    assert len(list((tmp_path / "cache").glob("estimates-*.json"))) == 1
     for f in ("report.md", "summary.json", "instance.json", "solvers.csv", "solvers.png",
               "training.csv", "targets.csv", "accuracy_vs_cost.png",
               "solution_ipopt-enum.json", "solution_greedy-rate.json",
@@ -27,6 +31,7 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     assert "![solvers](solvers.png)" in report and "![curves](accuracy_vs_cost.png)" in report
     assert not list(out.glob("*.tmp"))                      # atomic writes left nothing behind
     inst = Instance.load(out / "instance.json")
+    assert inst.sigma.min() > 1.5 and inst.L != 1.0          # not the placeholders (1)
     solvers = pd.read_csv(out / "solvers.csv").set_index("method")
     for m in ("decentralized", "ipopt-enum", "greedy-rate", "no-offload"):
         sol = Solution.load(out / f"solution_{m}.json")

@@ -46,9 +46,10 @@ def register(subparsers) -> None:
                    help=f"local SGD step size (default {DEFAULT_LR})")
     p.add_argument("--mu", type=number(lo=0), default=None,
                    help="FedProx weight (default: the instance's mu)")
-    p.add_argument("--vartheta", default="tau_eff",
-                   help="aggregation scale of eq:11M: 'tau_eff' (FedNova, default) or a number "
-                        "(the paper's table: 0.01)")
+    p.add_argument("--vartheta", default=None,
+                   help="aggregation scale of eq:11M; default: the instance's (vartheta_mode "
+                        "'tau_eff': FedNova's tau_eff; 'constant': its vartheta), so the "
+                        "trainer and P's bound use the same; 'tau_eff' or a number overrides")
     p.add_argument("--aggregator", type=number(lo=0, integer=True), default=0,
                    help="fixed aggregator DC of the FedNova/FedAvg baselines (default 0)")
     p.add_argument("--baseline-params", choices=("average", "own"), default="average",
@@ -69,10 +70,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_train)
 
     e = subparsers.add_parser(
-        "estimate", help="Monte-Carlo estimates of L, Theta_i, zeta1, zeta2",
-        description="The paper's Monte-Carlo estimators (Appendix 'ML Parameter Estimation'), "
-                    "one-shot on round 0's data or dynamic over the instance's rounds, scaled "
-                    "by --scale. Writes JSON; --apply writes the instance with the estimates.")
+        "estimate", help="estimates of L, Theta_i, zeta1, zeta2 and sigma_i from data",
+        description="The paper's Monte-Carlo estimators (Appendix 'ML Parameter Estimation') of "
+                    "L, Theta_i, zeta1, zeta2 (scaled by --scale) and each DPU's data standard "
+                    "deviation sigma_i (SPEC §3; measured exactly, not scaled), one-shot on "
+                    "round 0's data or dynamic over the instance's rounds (running maximum). "
+                    "Writes JSON; --apply writes the instance with the estimates (atomically; "
+                    "it may name the input file to update it in place). Default weights xi are "
+                    "recomputed for the new constants unless the instance's weights were set "
+                    "by hand or --keep-weights is given.")
     add_inputs(e)
     e.add_argument("--dataset", required=True, choices=DATASETS)
     e.add_argument("--data-dir", default=None)
@@ -93,7 +99,10 @@ def register(subparsers) -> None:
     e.add_argument("--threads", type=COUNT, default=None)
     e.add_argument("--out", required=True, help="JSON of the estimates")
     e.add_argument("--apply", default=None, metavar="OUT_NET",
-                   help="also write the instance with L, Theta, zeta1, zeta2 replaced")
+                   help="also write the instance with L, Theta, zeta1, zeta2, sigma replaced "
+                        "(a new file, or the input file itself: replaced atomically)")
+    e.add_argument("--keep-weights", action="store_true",
+                   help="with --apply: keep the instance's xi1, xi2, xi3 as they are")
     e.set_defaults(func=cmd_estimate)
 
 
@@ -160,7 +169,8 @@ def prepare_train(args):
     from ..solution import Solution
 
     targets = parse_targets(args.targets or DEFAULT_TARGETS[args.dataset])
-    check_vartheta(args.vartheta)
+    if args.vartheta is not None:
+        check_vartheta(args.vartheta)
     tpath = _targets_path(args.out)
     check_distinct([("--out", args.out), ("--out (targets table)", tpath)], [args.net, args.sol])
     check_writable(args.out, "--out")
@@ -216,7 +226,9 @@ def cmd_estimate(args) -> int:
     from ..solution import Solution
 
     inputs = [args.net] + ([args.sol] if args.sol else [])
-    check_distinct([("--out", args.out), ("--apply", args.apply)], inputs)
+    # --apply may name the instance itself (it is replaced atomically), not the solution
+    check_distinct([("--out", args.out)], inputs)
+    check_distinct([("--apply", args.apply)], inputs[1:] + [args.out])
     for option, path in (("--out", args.out), ("--apply", args.apply)):
         if path is not None:
             check_writable(path, option)
@@ -236,12 +248,15 @@ def cmd_estimate(args) -> int:
         est = estimate(model, X, y, dpu_datasets(inst, y, round=0, seed=args.seed, solution=sol),
                        seed=args.seed, **kw)
     est.update({"dataset": args.dataset, "model": args.model, "instance": str(args.net)})
-    applied = apply_estimates(inst, est) if args.apply else None     # fails before any write
+    applied = (apply_estimates(inst, est, renormalise=False if args.keep_weights else None)
+               if args.apply else None)                             # fails before any write
     write_json_atomic(args.out, est)
     print(f"L {est['L']:.4g}  zeta1 {est['zeta1']:.4g}  zeta2 {est['zeta2']:.4g}  Theta max "
-          f"{max(est['Theta']):.4g} (scaled by {args.scale}; {est['method']}, J = {args.J})")
+          f"{max(est['Theta']):.4g} (scaled by {args.scale}; {est['method']}, J = {args.J}); "
+          f"sigma {min(est['sigma']):.4g}..{max(est['sigma']):.4g} (not scaled)")
     print(f"wrote {args.out}")
     if applied is not None:
         applied.save(args.apply)
-        print(f"wrote {args.apply}")
+        kept = all(getattr(applied, k) == getattr(inst, k) for k in ("xi1", "xi2", "xi3"))
+        print(f"wrote {args.apply} (weights xi {'kept' if kept else 'renormalised'})")
     return 0

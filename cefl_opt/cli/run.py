@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--targets", default="0.6,0.7,0.8")
     p.add_argument("--model", default="mlp")
     p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--cache-dir", default="results/cache",
+                   help="where measured ML constants are cached (default results/cache)")
+    p.add_argument("--placeholder-constants", action="store_true",
+                   help="keep the preset's placeholder ML constants (L = Theta = sigma = 1) "
+                        "instead of measuring them on the data set")
     p.set_defaults(func=run_main)
 
 
@@ -53,7 +58,7 @@ def check_args(args: argparse.Namespace) -> list[str]:
     if missing or not meths:
         raise OptionError(f"option '--methods' value {args.methods!r} names unknown method(s) "
                           f"{missing}: choose from {sorted(avail)}")
-    if not args.skip_training:
+    if not (args.skip_training and args.placeholder_constants):  # the data set is used
         from ..learning.data import DATASETS
         from ..learning.models import MODELS
         for option, value, choices in (("--dataset", args.dataset, DATASETS),
@@ -72,7 +77,7 @@ def run_main(args: argparse.Namespace) -> int:
     from ..pipeline import run_pipeline
     meths = check_args(args)
     data = None
-    if not args.skip_training:
+    if not (args.skip_training and args.placeholder_constants):
         from ..learning.data import load_dataset
         data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     out = Path(args.out)
@@ -84,8 +89,9 @@ def run_main(args: argparse.Namespace) -> int:
     try:
         run_pipeline(stage, preset=args.preset, rounds=args.rounds, seed=args.seed,
                      methods=meths, data=data, dataset=args.dataset,
-                     train_rounds=args.train_rounds, targets=getattr(args, "target_list", None),
-                     model=args.model)
+                     train=not args.skip_training, train_rounds=args.train_rounds,
+                     targets=getattr(args, "target_list", None), model=args.model,
+                     measure=not args.placeholder_constants, cache_dir=args.cache_dir)
         _move_into_place(stage, out)
         ok = True
     finally:

@@ -16,7 +16,13 @@ With J random model parameter vectors (default J = 10):
   least squares ``y ~ zeta1 u + zeta2`` (eqn:LinRegr_zeta). The instance requires zeta1 >= 1,
   zeta2 >= 0; the fit is clipped to that domain (by Jensen, ``y_j >= u_j`` always).
 
-Every estimate is finally multiplied by ``scale`` (1.5, the paper's "Simulation Value"); the
+- ``sigma_i`` (SPEC §3, the paper's "sampled variance of data at DPU i"):
+  ``sigma_i^2 = sum_j ||xi_j - mean xi||^2 / (D_i - 1)`` over all D_i samples the DPU holds, on
+  the features the trainer uses (flattened, standardised). Not a Monte-Carlo estimate, so it is
+  not multiplied by ``scale``; DPUs without data (or with one sample) get the largest sigma of
+  the others.
+
+Every Monte-Carlo estimate is finally multiplied by ``scale`` (1.5, the paper's "Simulation Value"); the
 unscaled values are returned under ``raw``. DPUs that hold no data get the largest Theta of the
 others (their data would come from those DPUs) and weight 0 in L and zeta.
 
@@ -125,12 +131,46 @@ def hessian_top_eig(model: nn.Module, vec: torch.Tensor, X: torch.Tensor, y: tor
     return float(lam)
 
 
-# ---- the three estimators ------------------------------------------------------------------
+# ---- the estimators ------------------------------------------------------------------------
+def sample_sigma(X: torch.Tensor) -> float:
+    """sqrt(sum_j ||xi_j - mean xi||^2 / (n - 1)) of the rows of X (flattened); 0 for n < 2."""
+    n = int(X.shape[0])
+    if n < 2:
+        return 0.0
+    Xf = X.reshape(n, -1).double()
+    return float(torch.sqrt(((Xf - Xf.mean(dim=0)) ** 2).sum() / (n - 1)))
+
+
+def sigma_per_dpu(X, dpu_indices: list) -> np.ndarray:
+    """sigma_i of every DPU (``sample_sigma`` of its samples); DPUs holding fewer than two
+    samples get the largest value of the others."""
+    data = _Data(X, np.zeros(len(X)))
+    sig = np.zeros(len(dpu_indices))
+    ok = np.array([len(ix) >= 2 for ix in dpu_indices])
+    for i, ix in enumerate(dpu_indices):
+        if ok[i]:
+            sig[i] = sample_sigma(data.X[torch.from_numpy(np.asarray(ix, dtype=np.int64))])
+    if ok.any():
+        sig[~ok] = sig[ok].max()
+    return sig
+
+
+
+def _pairwise(A: torch.Tensor) -> torch.Tensor:
+    """Euclidean distances between the rows of A (double), through the Gram matrix: one BLAS
+    product instead of cdist, which was the estimator's hot spot on a 160k-parameter MLP."""
+    A = A.reshape(A.shape[0], -1).double()
+    sq = (A * A).sum(dim=1)
+    d2 = (sq[:, None] + sq[None, :] - 2.0 * (A @ A.T)).clamp_min_(0.0)
+    d2.fill_diagonal_(0.0)
+    return d2.sqrt()
+
+
 def theta_draw(G: torch.Tensor, Xi: torch.Tensor) -> float:
     """Mean over ordered pairs with xi != xi' of ||g - g'|| / ||xi - xi'|| (one draw of
     Alg. local_theta_est)."""
-    dg = torch.cdist(G.double(), G.double())
-    dx = torch.cdist(Xi.double(), Xi.double())
+    dg = _pairwise(G)
+    dx = torch.cdist(Xi.double(), Xi.double())  # exact zeros for equal samples (masked below)
     mask = dx > 0
     if not bool(mask.any()):
         return 0.0
@@ -216,11 +256,13 @@ def estimate(model: nn.Module, X, y, dpu_indices: list, *, J: int = J_DEFAULT,
         uv.append(float(gbar @ gbar))
     z1_fit, z2_fit = _fit_zeta(np.array(uv), np.array(yv))
     z1, z2 = max(1.0, z1_fit), max(0.0, z2_fit)
+    sigma = sigma_per_dpu(data.X, dpu_indices)
     return {
         "method": "one-shot", "J": int(J), "scale": float(scale), "L_method": L_method,
         "Theta": (scale * theta_raw).tolist(), "L": scale * max(L_raw, 1e-12),
-        "zeta1": scale * z1, "zeta2": scale * z2,
+        "zeta1": scale * z1, "zeta2": scale * z2, "sigma": sigma.tolist(),
         "raw": {"Theta": theta_raw.tolist(), "L": L_raw, "L_per_dpu": L_i.tolist(),
+                "sigma": sigma.tolist(),
                 "zeta1": z1, "zeta2": z2, "zeta1_fit": z1_fit, "zeta2_fit": z2_fit,
                 "zeta_y": yv, "zeta_u": uv},
         "sizes": sizes.tolist(),
@@ -248,11 +290,12 @@ def estimate_dynamic(model: nn.Module, X, y, rounds_dpu_indices: list, **kw) -> 
     per_round, per_raw = [], []
     for t, dpu_indices in enumerate(rounds_dpu_indices):
         e = estimate(model, X, y, dpu_indices, seed=seed + 7919 * t, **kw)
-        per_raw.append({k: e[k] for k in ("Theta", "L", "zeta1", "zeta2")})
+        per_raw.append({k: e[k] for k in ("Theta", "L", "zeta1", "zeta2", "sigma")})
         if run is None:
-            run = {k: copy.deepcopy(e[k]) for k in ("Theta", "L", "zeta1", "zeta2")}
+            run = {k: copy.deepcopy(e[k]) for k in ("Theta", "L", "zeta1", "zeta2", "sigma")}
         else:
             run["Theta"] = np.maximum(run["Theta"], e["Theta"]).tolist()
+            run["sigma"] = np.maximum(run["sigma"], e["sigma"]).tolist()
             for k in ("L", "zeta1", "zeta2"):
                 run[k] = max(run[k], e[k])
         per_round.append({"round": t, **copy.deepcopy(run)})
@@ -278,14 +321,83 @@ def dpu_datasets(instance: Instance, y_train, *, round: int = 0, seed: int = 0,
     return offload(ue, dec.rho_nb, dec.rho_bs, np.random.default_rng([seed, 21, round]))
 
 
-def apply_estimates(instance: Instance, est: dict) -> Instance:
-    """``instance.copy(L=..., Theta=..., zeta1=..., zeta2=...)`` from an ``estimate`` dict.
-    ``Theta`` must have N + S entries, or N (UEs only: the DCs get the UEs' maximum)."""
-    theta = np.asarray(est["Theta"], dtype=float)
-    if theta.size == instance.N:
-        theta = np.concatenate([theta, np.full(instance.S, theta.max())])
-    if theta.size != instance.I:
-        raise InstanceError(f"estimate has {theta.size} Theta values, the instance has "
+def _per_dpu(instance: Instance, est: dict, key: str) -> np.ndarray:
+    """An estimate's per-DPU array with N + S entries, or N (UEs only: the DCs get the UEs'
+    maximum)."""
+    v = np.asarray(est[key], dtype=float)
+    if v.size == instance.N:
+        v = np.concatenate([v, np.full(instance.S, v.max())])
+    if v.size != instance.I:
+        raise InstanceError(f"estimate has {v.size} {key} values, the instance has "
                             f"{instance.I} DPUs ({instance.N} UEs + {instance.S} DCs)")
-    return instance.copy(L=float(est["L"]), Theta=theta, zeta1=float(max(1.0, est["zeta1"])),
-                         zeta2=float(max(0.0, est["zeta2"])))
+    return v
+
+
+def apply_estimates(instance: Instance, est: dict, *, renormalise: bool | None = None) -> Instance:
+    """``instance.copy(L=..., Theta=..., zeta1=..., zeta2=..., sigma=...)`` from an ``estimate``
+    dict (sigma only when the estimate has it).
+
+    renormalise: recompute the default weights xi1, xi2, xi3 (SPEC §3: each part 1 at the
+    reference orchestration) for the new constants. None (default): only when the instance's
+    weights are its defaults (so user-set weights are kept); the ML bound's scale moves by
+    orders of magnitude with sigma, so stale default weights would let it swamp the rest."""
+    from ..system import normalising_weights
+    changes = {"L": float(est["L"]), "Theta": _per_dpu(instance, est, "Theta"),
+               "zeta1": float(max(1.0, est["zeta1"])), "zeta2": float(max(0.0, est["zeta2"]))}
+    if "sigma" in est:
+        changes["sigma"] = _per_dpu(instance, est, "sigma")
+    if renormalise is None:
+        w0 = normalising_weights(instance)
+        renormalise = all(np.isclose(getattr(instance, k), v, rtol=1e-9, atol=0.0)
+                          for k, v in w0.items())
+    out = instance.copy(**changes)
+    if renormalise:
+        out = out.copy(**normalising_weights(out))
+    return out
+
+
+def estimate_key(instance: Instance, **options) -> str:
+    """A cache key: the instance's name and seed and a hash of its data sizes, labels and the
+    estimation options."""
+    import hashlib
+    import json
+    h = hashlib.sha256(json.dumps({"Dbar": instance.Dbar.tolist(), "labels": instance.ue_labels,
+                                   "seed": instance.seed, **options}, sort_keys=True,
+                                  default=str).encode()).hexdigest()[:12]
+    return f"{instance.name}-{h}"
+
+
+def measured_constants(instance: Instance, data, *, dataset: str, model: str = "mlp",
+                       seed: int = 0, cache_dir=None, dynamic: bool = True, J: int = J_DEFAULT,
+                       scale: float = SCALE_DEFAULT, sample_size: int = 64,
+                       grad_max: int | None = 500, log=print) -> dict:
+    """Estimates of L, Theta, zeta1, zeta2, sigma on the instance's own partition of ``data``
+    (UEs' data; dynamic over its rounds by default), computed once and cached as JSON in
+    ``cache_dir`` under ``estimate_key`` (None: no cache). ``grad_max`` caps the samples per
+    DPU of the zeta gradients (speed; None = all, as the paper)."""
+    from pathlib import Path
+
+    from ..instance import read_json, write_json_atomic
+    from .models import make_model
+
+    opts = dict(dataset=dataset, model=model, seed=seed, dynamic=dynamic, J=J, scale=scale,
+                sample_size=sample_size, grad_max=grad_max)
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"estimates-{estimate_key(instance, **opts)}.json"
+        if path.is_file():
+            log(f"measured constants from the cache {path}")
+            return read_json(path, what="estimate cache")
+    X, y = data[0], data[1]
+    net = make_model(model, tuple(np.asarray(X).shape[1:]), int(np.max(y)) + 1, seed=seed)
+    kw = dict(J=J, scale=scale, sample_size=sample_size, grad_max=grad_max)
+    if dynamic:
+        rounds = [dpu_datasets(instance, y, round=t, seed=seed) for t in range(instance.T)]
+        est = estimate_dynamic(net, X, y, rounds, seed=seed, **kw)
+    else:
+        est = estimate(net, X, y, dpu_datasets(instance, y, round=0, seed=seed), seed=seed, **kw)
+    est.update({"options": opts, "instance": instance.name})
+    if path is not None:
+        write_json_atomic(path, est)
+        log(f"measured constants cached in {path}")
+    return est

@@ -8,8 +8,9 @@ every DPU i with ``D_i > 0`` runs ``gamma_i`` FedProx steps and reports its norm
 accumulated gradient ``d_i = (x_t - x_i) / (eta ||a_i||_1)`` (``eq:normalGrad``) with
 ``a_{i,l} = (1 - eta mu)^(gamma_i - 1 - l)``; the aggregator applies
 ``x_{t+1} = x_t - vartheta eta sum_i (D_i / D) d_i`` (``eq:11M``).
-SPEC §7: the paper's vartheta = 0.01 would freeze learning; the default is FedNova's
-``tau_eff = sum_i p_i ||a_i||_1``, and a constant stays selectable (``vartheta=<float>``).
+SPEC §3/§7: one vartheta for P's bound and the trainer: by default (``vartheta=None``) the
+instance's ``vartheta_mode`` decides, FedNova's ``tau_eff = sum_i p_i ||a_i||_1`` or the
+instance's number; ``vartheta='tau_eff'`` or a number overrides.
 
 Baselines (paper §VI-B): FedNova and FedAvg without offloading (UEs only). Each UE uses, per
 round, the averages of the CE-FL solution's ``gamma`` and ``m`` over the DPUs that train in the
@@ -138,8 +139,14 @@ class Strategy:
         raise NotImplementedError
 
 
+def instance_vartheta(instance: Instance):
+    """The vartheta P's bound uses (SPEC §3: one vartheta for bound and trainer): 'tau_eff'
+    or the instance's number, per its vartheta_mode."""
+    return "tau_eff" if instance.vartheta_mode == "tau_eff" else float(instance.vartheta)
+
+
 def _check_vartheta(v):
-    if v in (None, "tau_eff", "fednova"):
+    if v in ("tau_eff", "fednova"):
         return "tau_eff"
     try:
         v = float(v)
@@ -155,11 +162,12 @@ class CEFL(Strategy):
 
     name = "cefl"
 
-    def __init__(self, instance: Instance, solution: Solution, vartheta="tau_eff"):
+    def __init__(self, instance: Instance, solution: Solution, vartheta=None):
         super().__init__(instance, solution)
         if solution is None:
             raise InstanceError("CE-FL training needs a solution (orchestration)")
-        self.vartheta = _check_vartheta(vartheta)
+        self.vartheta = _check_vartheta(instance_vartheta(instance) if vartheta is None
+                                        else vartheta)
 
     def configure_round(self, t, ue_indices, rng):
         dec = self.decision(t)
@@ -181,7 +189,7 @@ class FedNova(Strategy):
     name = "fednova"
 
     def __init__(self, instance: Instance, solution: Solution, aggregator: int = 0,
-                 vartheta="tau_eff", average: bool = True):
+                 vartheta=None, average: bool = True):
         super().__init__(instance, solution)
         # average=True: the paper's baseline (every UE at the round's averaged f, m, gamma).
         # With equal gamma at every UE, FedNova's update equals FedAvg's for any mu (all
@@ -194,7 +202,8 @@ class FedNova(Strategy):
         if not 0 <= int(aggregator) < instance.S:
             raise InstanceError(f"aggregator {aggregator} is not a DC index 0..{instance.S - 1}")
         self.aggregator = int(aggregator)
-        self.vartheta = _check_vartheta(vartheta)
+        # FedNova is defined by tau_eff; the instance's vartheta_mode concerns CE-FL (its bound)
+        self.vartheta = _check_vartheta("tau_eff" if vartheta is None else vartheta)
 
     def averaged_decision(self, t: int, sizes) -> RoundDecision:
         """The baseline's orchestration of round t: rho_nb = 0, every UE at the CE-FL round's
@@ -239,7 +248,7 @@ class FedAvg(FedNova):
 STRATEGIES = {"cefl": CEFL, "fednova": FedNova, "fedavg": FedAvg}
 
 
-def make_strategy(method: str, instance: Instance, solution: Solution, *, vartheta="tau_eff",
+def make_strategy(method: str, instance: Instance, solution: Solution, *, vartheta=None,
                   aggregator: int = 0, average: bool = True) -> Strategy:
     if method == "cefl":
         return CEFL(instance, solution, vartheta=vartheta)

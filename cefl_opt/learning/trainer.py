@@ -279,7 +279,7 @@ def build_trainer(instance: Instance, solution: Solution, data, *, method: str =
 def run_training(instance: Instance, solution: Solution, data, *, method: str = "cefl",
                  rounds: int = 10, model: str = "mlp", lr: float = DEFAULT_LR,
                  mu: float | None = None, seed: int = 0, targets=(0.6, 0.7, 0.8),
-                 vartheta="tau_eff", aggregator: int = 0, average: bool = True,
+                 vartheta=None, aggregator: int = 0, average: bool = True,
                  cost_fn: CostFn | None = None, test_max: int | None = None,
                  progress: bool = False) -> TrainResult:
     """One call: build the strategy and trainer, run ``rounds`` rounds, tabulate targets.
