@@ -159,6 +159,15 @@ class InnerSolver:
         """Primary values -> every holder (broadcast)."""
         return self.comm.broadcast(self.plan, v)
 
+    def _row_terms(self, a: np.ndarray, LL: np.ndarray, mult: np.ndarray) -> np.ndarray:
+        """Per shared variable i: (sum_k m_k a_ki, sum_k m_k L_k) over the rows touching it,
+        m the rows' multipliers (forcing rows: their fixed penalty weights)."""
+        mr = mult[self.rows]
+        terms = np.empty((len(mr), 2))
+        np.multiply(a, mr, out=terms[:, 0])
+        np.multiply(LL, mr, out=terms[:, 1])
+        return self._gather_cols(terms)
+
     def _gather_cols(self, per_nz: np.ndarray) -> np.ndarray:
         """Sum of per-nonzero row terms into their shared variables (hosts -> primaries);
         per_nz may have a second axis (several values per nonzero, sent together)."""
@@ -241,11 +250,7 @@ class InnerSolver:
         it = 0
         LL = L[self.rows]
         for it in range(1, k.inner_iters + 1):
-            mr = np.where(free, y, fixed)[self.rows]
-            terms = np.empty((len(mr), 2))
-            np.multiply(lin.a, mr, out=terms[:, 0])
-            np.multiply(LL, mr, out=terms[:, 1])
-            GH = self._gather_cols(terms)
+            GH = self._row_terms(lin.a, LL, np.where(free, y, fixed))
             H = q + GH[:, 1]
             v = ul - (lin.g + GH[:, 0]) / H
             du = st.project(v, 1.0 / H) - ul
@@ -285,11 +290,7 @@ class InnerSolver:
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            mr = np.where(free, y, fixed)[self.rows]
-            terms = np.empty((len(mr), 2))
-            np.multiply(lin.a, mr, out=terms[:, 0])
-            np.multiply(LL, mr, out=terms[:, 1])
-            GH = self._gather_cols(terms)
+            GH = self._row_terms(lin.a, LL, np.where(free, y, fixed))
             H = q + GH[:, 1] + tau_inv
             v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
             du_new = st.project(v, 1.0 / H) - ul
