@@ -13,7 +13,7 @@ Methods
     3. finishing phase: the same SCA with the indicators fixed, on the continuous variables,
        until converged (warm-started duals).
 * `decentralized-polish`: phases 1-2, then the central association repair
-  (`repair.repair_associations`, evaluates P over the whole network) and the Ipopt polish with
+  (`cefl_opt.association.repair_associations`, evaluates P over the whole network) and the Ipopt polish with
   the binaries fixed: `info["central_steps"] == ["association_repair", "ipopt_polish"]`.
 * `centralized-pd`: phases 1-3 with the same arithmetic on global arrays (exact global dual and
   primal updates, no messages): `info["central_steps"] == ["global_primal_dual"]`.
@@ -289,7 +289,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                 relaxed_s=t1 - t0)
     u_r = _fix_indicators(st, u1)
     if method == "decentralized-polish":
-        from .repair import repair_associations
+        from cefl_opt.association import repair_associations
         rounded = clip_to_bounds(st.to_solution(u_r, method=method, status="rounded"), inst,
                                  bound)
         t_r = time.perf_counter()
