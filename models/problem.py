@@ -53,6 +53,16 @@ from .codec import GBIT, GHZ, KS
 
 BINARY_MODES = ("relaxed", "binary", "fixed")
 
+#: Epigraph variables of the max terms (local component names) and the direction that satisfies
+#: their rows, grouped in the order a feasibility restoration moves them: the inner maxima first
+#: (delta^B_b, max_b dD_bs, max_{n,b} dD_nb feed the delay rows, which they enter with the
+#: opposite sign), then the round's delays dA, dR, and the bound's m_min. Every row is linear
+#: in each of them (`tests/test_sca_restoration.py`).
+EPIGRAPH_LEVELS: tuple[tuple[tuple[str, int], ...], ...] = (
+    (("dB", 1), ("eBS", 1), ("eNB", 1)),
+    (("dA", 1), ("dR", 1), ("m_min", -1)),
+)
+
 
 def _globals_for(bound: str) -> tuple[str, ...]:
     return ("m_min", "g_max") if bound == "corollary" else ("h_max",)

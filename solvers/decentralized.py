@@ -56,7 +56,7 @@ from cefl_opt.solution import Solution
 
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
-from .sca import DecStructure, Linearisation, build_structure, run_sca, take
+from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
 
 METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
 INITS = ("relaxed", "reference")
@@ -117,6 +117,20 @@ class _DecOps:
             hd = pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl])
             np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
+
+
+    def restore(self, u: np.ndarray, lin: Linearisation, free: np.ndarray):
+        """`sca.restore_epigraphs` by messages: each row's host computes what its rows need,
+        max-reduced to the variable's primary; the move reaches the hosts by broadcast."""
+        inner, st = self.inner, self.st
+
+        def var_max(per_nz: np.ndarray) -> np.ndarray:
+            ent = np.zeros(inner.E)
+            np.maximum.at(ent, inner.jent, per_nz)
+            return self.comm.reduce(inner.plan, ent, op="max")
+        return restore_epigraphs(st, u, lin, free, var_max=var_max,
+                                 nonzero_view=inner._nonzero_view,
+                                 any_positive=lambda v: inner._global_max_var(v) > 0)
 
 
 class _Spread:
@@ -279,6 +293,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
               global_max=inner._global_max if dec else None,
               linearise=ops.linearise if dec else None,
               curvature=ops.curvature if dec else None,
+              restore=ops.restore if dec else None,
               distributed=_Spread(st, inner) if spread else None)
     t0 = time.perf_counter()
     u1, rec1, reason1 = run_sca(st, inner, k, u0=st.u0, phase="relaxed", **kw)

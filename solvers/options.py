@@ -223,7 +223,7 @@ class ScipOptions(MethodOptions):
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max")
+                      "L_max", "restore")
 _PRESET = "the preset's"
 
 
@@ -291,6 +291,8 @@ class DecentralizedOptions(MethodOptions):
     tol_ratio: float | None = option(None, "inner tolerance relative to the last outer step",
                                      check=positive, **_preset())
     inner: str | None = option(None, "inner method", choices=("pdhg", "fista"), **_preset())
+    restore: bool | None = option(None, "after each outer step, raise the epigraph variables "
+                                  "of the max terms until their rows hold", **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

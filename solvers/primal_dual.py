@@ -62,7 +62,8 @@ class PDConstants:
     per outer iteration while an indicator is fractional, its cap. max_outer: cap per phase.
     dual_cap: upper bound on every multiplier (an exact l1 penalty dual_cap * max(C~_k, 0) in
     the primal: an infeasible surrogate, e.g. at the relaxed start, keeps a bounded dual and its
-    solution reduces the violation)."""
+    solution reduces the violation). restore: after each outer step, move the epigraph
+    variables of the max terms until their rows hold (`sca.restore_epigraphs`)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -83,6 +84,7 @@ class PDConstants:
     curvature: bool = True
     tol_ratio: float = 0.1
     inner: str = "pdhg"
+    restore: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,8 +41,8 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import (VariableIndex, build_problem, is_forcing, load_solution, node_blocks,
-                             node_variables)
+from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_problem, is_forcing,
+                             load_solution, node_blocks, node_variables)
 from cefl_opt.models.codec import rounds_from_values, take
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
@@ -168,6 +168,8 @@ class DecStructure:
     group_counts: dict[str, int] = field(default_factory=dict)
     n_copies: int = 0
     build_s: float = 0.0
+    epi_level: Any = None           # (n,) int: level in models.EPIGRAPH_LEVELS, -1: none
+    epi_dir: Any = None             # (n,) +1 / -1: the direction that satisfies its rows
     _pad: Any = None
     _orig: Any = None
     _local: Any = None              # (n,) bool: shared variables this process steps (None: all)
@@ -466,9 +468,57 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
         force_rows=force, jac_rows=jac_rows, jac_cols=jac_cols, jac_indptr=indptr,
         node_jac=node_jac, row_ptr=row_ptr, x0=x0, group_counts=counts, n_copies=nv)
     st.idx = _shared_indices(m, comp_of_var)
+    st.epi_level, st.epi_dir = _epigraphs([variables[r] for r in roots])
     st._build_pad()
     st.build_s = time.perf_counter() - t0
     return st
+
+
+def _epigraphs(root_vars: list) -> tuple[np.ndarray, np.ndarray]:
+    """Level and direction of every shared variable that is an epigraph variable
+    (`models.EPIGRAPH_LEVELS`, by its component's local name)."""
+    table = {name: (lev, d) for lev, group in enumerate(EPIGRAPH_LEVELS) for name, d in group}
+    level = np.full(len(root_vars), -1, dtype=np.int64)
+    direc = np.zeros(len(root_vars))
+    for i, v in enumerate(root_vars):
+        hit = table.get(v.parent_component().local_name)
+        if hit is not None:
+            level[i], direc[i] = hit
+    return level, direc
+
+
+def restore_epigraphs(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np.ndarray, *,
+                      var_max: Callable[[np.ndarray], np.ndarray],
+                      nonzero_view: Callable[[np.ndarray], np.ndarray],
+                      any_positive: Callable[[np.ndarray], bool]) -> tuple[np.ndarray, bool]:
+    """Feasibility restoration of the max terms at u (lin = the linearisation at u): level by
+    level (`models.EPIGRAPH_LEVELS`), each epigraph variable moves in its direction by the
+    most that any violated row it satisfies needs (c_k / |a_kv|: exact, the rows are linear in
+    it), within its bounds; the rows it enters with the other sign (a delay row over the
+    inner maxima) are updated and settled by the next level. An inexact surrogate solution
+    leaves a delay row violated by ~1e-4 where the inner method would need thousands of
+    iterations to hand the multiplier of dA from one row to another; this closes it at once.
+    var_max(per-nonzero) -> per-variable max at the primaries (a max-reduce over the rows'
+    hosts); nonzero_view(per-variable) -> values at the rows' hosts (a broadcast);
+    any_positive: a global test. Returns (u', moved)."""
+    rows, cols = st.jac_rows, st.jac_cols
+    c = lin.c.copy()
+    out = u.copy()
+    moved = False
+    absa = np.maximum(np.abs(lin.a), 1e-300)
+    for lev in range(len(EPIGRAPH_LEVELS)):
+        on = st.epi_level == lev
+        sel = on[cols] & free[rows] & (st.epi_dir[cols] * lin.a < 0)
+        need = np.where(sel, np.maximum(c[rows], 0.0) / absa, 0.0)
+        room = np.where(st.epi_dir > 0, st.hi - out, out - st.lo)
+        delta = np.where(on, np.minimum(var_max(need), np.maximum(room, 0.0)), 0.0)
+        if not any_positive(delta):
+            continue
+        dv = st.epi_dir * delta
+        out = out + dv
+        c = c + np.bincount(rows, weights=lin.a * nonzero_view(dv), minlength=st.n_rows)
+        moved = True
+    return out, moved
 
 
 def _shared_indices(m, comp_of_var: dict[int, int]) -> dict[str, Any]:
@@ -491,6 +541,17 @@ def _node_max(st: DecStructure, per_var: np.ndarray) -> np.ndarray:
         np.maximum.at(out, first[has], node_max[has])
         out[0] = max(out[0], float(node_max[~has].max(initial=0.0)))
     return out
+
+
+def _central_restore(st: DecStructure) -> Callable[..., tuple[np.ndarray, bool]]:
+    """`restore_epigraphs` with this process holding every row and variable."""
+    def var_max(per_nz: np.ndarray) -> np.ndarray:
+        out = np.zeros(st.n)
+        np.maximum.at(out, st.jac_cols, per_nz)
+        return out
+    return lambda u, lin, free: restore_epigraphs(
+        st, u, lin, free, var_max=var_max, nonzero_view=lambda v: v[st.jac_cols],
+        any_positive=lambda v: bool(np.any(v > 0)))
 
 
 @dataclass
@@ -516,7 +577,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             linearise: Callable[[np.ndarray], Linearisation] | None = None,
             curvature: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
             callback: Callable[[OuterRecord], Any] | None = None,
-            distributed: Any = None) -> tuple[np.ndarray, list[OuterRecord], str]:
+            distributed: Any = None,
+            restore: Callable[..., tuple[np.ndarray, bool]] | None = None
+            ) -> tuple[np.ndarray, list[OuterRecord], str]:
     """Alg. 1 on `st` from u0. phase "relaxed": indicators in [0, 1]; the forcing rows
     sum I (1 - I) <= 0 enter from outer iteration `force_after` on as a penalty rho * C_k with
     rho growing by `rho_growth` per iteration (concave rows: their linearisation is an upper
@@ -582,6 +645,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             stat = distributed.max_var(q * np.abs(d))
         u_next = u + zeta_eff * d
         lin_next = lin_fn(u_next)
+        if k.restore:
+            u_r, moved = (restore or _central_restore(st))(u_next, lin_next, free)
+            if moved:
+                u_next, lin_next = u_r, lin_fn(u_r)
         # ---- L_k: upper-bound check of the non-forcing rows at the new point
         du = u_next - u
         dcol = du[st.jac_cols] if distributed is None else distributed.nonzero_view(du)
