@@ -223,7 +223,7 @@ class ScipOptions(MethodOptions):
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max", "restore")
+                      "L_max", "restore", "prox_min")
 _PRESET = "the preset's"
 
 
@@ -293,6 +293,9 @@ class DecentralizedOptions(MethodOptions):
     inner: str | None = option(None, "inner method", choices=("pdhg", "fista"), **_preset())
     restore: bool | None = option(None, "after each outer step, raise the epigraph variables "
                                   "of the max terms until their rows hold", **_preset())
+    prox_min: float | None = option(None, "floor of the per-variable factor on lambda1 that "
+                                    "shrinks while a variable keeps moving one way (1: off)",
+                                    check=in_interval(0.0, 1.0, lo_open=True), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

@@ -63,7 +63,8 @@ class PDConstants:
     dual_cap: upper bound on every multiplier (an exact l1 penalty dual_cap * max(C~_k, 0) in
     the primal: an infeasible surrogate, e.g. at the relaxed start, keeps a bounded dual and its
     solution reduces the violation). restore: after each outer step, move the epigraph
-    variables of the max terms until their rows hold (`sca.restore_epigraphs`)."""
+    variables of the max terms until their rows hold (`sca.restore_epigraphs`). prox_min:
+    floor of the per-variable factor on lambda1 (`sca._adapt_prox`; 1 turns it off)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -85,6 +86,7 @@ class PDConstants:
     tol_ratio: float = 0.1
     inner: str = "pdhg"
     restore: bool = True
+    prox_min: float = 1e-3
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

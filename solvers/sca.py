@@ -554,6 +554,22 @@ def _central_restore(st: DecStructure) -> Callable[..., tuple[np.ndarray, bool]]
         any_positive=lambda v: bool(np.any(v > 0)))
 
 
+def _adapt_prox(phi: np.ndarray, d: np.ndarray, d_prev: np.ndarray, rejected: bool,
+                floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-variable prox factor (each primary from its own steps, no message): halved while
+    the variable keeps moving the same way by at least half its last step (a nearly linear
+    trade-off, e.g. a UE's data split between two BSs, which a fixed prox walks at a constant
+    Delta g / lambda1 per iteration), quadrupled back (up to 1) when its step changes sign;
+    after a rejected step every factor is quadrupled (a smaller prox overshot)."""
+    if rejected:
+        return np.minimum(4.0 * phi, 1.0), d_prev
+    same = (d * d_prev > 0) & (np.abs(d) >= 0.5 * np.abs(d_prev))
+    flip = d * d_prev < 0
+    phi = np.where(same, np.maximum(phi / 2.0, floor), np.where(flip, np.minimum(4.0 * phi, 1.0),
+                                                                  phi))
+    return phi, d.copy()
+
+
 @dataclass
 class OuterRecord:
     """What one outer iteration produced (the trace row is built from it)."""
@@ -615,8 +631,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     force[st.force_rows] = True
     free = ~force
     L = np.where(force, 0.0, float(k.L_C))
-    base_q = np.full(st.n, float(k.lambda1))
-    q = base_q.copy()
+    phi = np.ones(st.n)          # per-variable prox factors (`_adapt_prox`)
+    d_prev = np.zeros(st.n)
+    q = np.full(st.n, float(k.lambda1))
     u = u0.copy()
     lin = lin_fn(u)
     records: list[OuterRecord] = []
@@ -632,9 +649,10 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             rho = k.rho0 if rho == 0.0 else min(rho * (k.rho_growth if forcing_prev > 1e-9
                                                        else 1.0), k.rho_max)
         fixed = np.where(force, rho, 0.0)
+        q = float(k.lambda1) * phi
         if k.curvature:
             h = curv(u, np.where(free, inner.lam, fixed))
-            q = base_q + np.maximum(h, 0.0)
+            q = q + np.maximum(h, 0.0)
         u_hat, stats = inner.solve(lin, q, L, free, fixed, tol_in)
         d = u_hat - u
         if distributed is None:
@@ -685,6 +703,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         # inexact surrogate solution would otherwise leave rows violated and be rejected)
         tol_in = max(k.inner_tol, min(1e-4, k.tol_ratio * step,
                                       0.5 * max(min(viol_now, viol_next), k.viol_tol)))
+        if k.prox_min < 1.0:
+            phi, d_prev = _adapt_prox(phi, d, d_prev, rejected, k.prox_min)
         if not rejected:
             u, lin = u_next, lin_next
             binary_ok = phase != "relaxed" or (forcing_on and forcing <= 1e-9)
