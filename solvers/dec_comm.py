@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = ["DisconnectedGraphError", "RelayPlan", "build_plan", "Comm", "LocalComm",
            "graph_adjacency"]
@@ -134,10 +135,19 @@ class RelayPlan:
     up_msgs: np.ndarray | None = None
     up_bytes: np.ndarray | None = None
     edges: set[tuple[int, int]] = field(default_factory=set)   # undirected tree edges used
+    _summer: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_rounds(self) -> int:
         return len(self.levels)
+
+    def summer(self) -> sp.csr_matrix:
+        """(Q, E) 0/1 matrix: S @ entry_values = the sums per quantity (built once)."""
+        if self._summer is None:
+            n = len(self.entry_q)
+            self._summer = sp.csr_matrix((np.ones(n), (self.entry_q, np.arange(n))),
+                                         shape=(self.n_quantities, n))
+        return self._summer
 
     def member_entries(self) -> np.ndarray:
         return np.flatnonzero(self.entry_member)
@@ -383,12 +393,7 @@ class LocalComm(Comm):
             out = np.full((plan.n_quantities,) + ev.shape[1:], -np.inf)
             np.maximum.at(out, plan.entry_q, ev)
             return out
-        if ev.ndim == 1:
-            return np.bincount(plan.entry_q, weights=ev, minlength=plan.n_quantities)
-        m = ev.shape[1]
-        flat = (plan.entry_q[:, None] * m + np.arange(m)[None, :]).ravel()
-        return np.bincount(flat, weights=ev.ravel(),
-                           minlength=plan.n_quantities * m).reshape(plan.n_quantities, m)
+        return plan.summer() @ ev
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
         self.msgs += msgs
