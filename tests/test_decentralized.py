@@ -60,7 +60,7 @@ def _set_model(st, u):
     """Put the shared variables' values on every copy of the block model."""
     x = st.x_of(u)
     for pv in st.providers:
-        for v, val in zip(pv.nlp.get_pyomo_variables(), x[pv.comp]):
+        for v, val in zip(pv.variables, x[pv.comp]):
             v.set_value(float(val), skip_validation=True)
 
 
