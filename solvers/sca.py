@@ -122,7 +122,8 @@ class NodeProvider:
         from pyomo.core.expr.visitor import replace_expressions
         lifts = lifts or {}
         exprs = [share] + [c.expr for c in rows]
-        top = _lifts_in(exprs, lifts) if lifts else {}
+        reads = [_lifts_in([e], lifts) if lifts else {} for e in exprs]   # per function
+        top = {k: v for r in reads for k, v in r.items()}
         # every lift read, directly or through another lift, with its nesting level
         order: dict[int, Any] = {}
         inner: dict[int, dict[int, Any]] = {}
@@ -157,10 +158,10 @@ class NodeProvider:
                                        descend_into_named_expressions=True,
                                        remove_named_expressions=True)
         sub = pyo.ConcreteModel(name=f"node {name}")
-        sub.obj = pyo.Objective(expr=subst(share, _lifts_in([share], top) if top else {}))
+        sub.obj = pyo.Objective(expr=subst(share, reads[0]))
         sub.rows = pyo.ConstraintList()
-        for c in rows:
-            sub.rows.add(subst(c.expr, _lifts_in([c.expr], top)) if top else c.expr)
+        for c, r in zip(rows, reads[1:]):
+            sub.rows.add(subst(c.expr, r))
         self.name = name
         self.nlp = PyomoNLP(sub)
         # the node's variables: the outer NLP's (not the lifts'), then the lifts' NLPs'
@@ -209,18 +210,62 @@ class NodeProvider:
             jac = self.nlp.evaluate_jacobian()
             self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
             return
-        # composed Jacobian pattern: the products of the structural patterns (all ones)
+        # fixed sparsity of d(lifts)/dw (M, level by level) and of the rows' Jacobian in w,
+        # with the gathers that compose their values from the NLPs' Jacobian data
         nv = len(variables)
         self._sel_w = [self._selector(self._w_pos, nv)] + \
             [self._selector(lv.w_pos, nv) for lv in self.levels]
         self._sel_a = [self._selector(self._aux_pos, self.n_lifts)] + \
             [self._selector(lv.aux_pos, self.n_lifts) for lv in self.levels]
-        ones = lambda coo: sp.csr_matrix((np.ones(len(coo.data)), (coo.row, coo.col)),
-                                         shape=coo.shape)
-        Ps, _M = self._compose([ones(lv.nlp.evaluate_jacobian()) for lv in self.levels])
-        pat = (ones(self.nlp.evaluate_jacobian()) @ Ps[0]).tocoo()
-        self.jrow, self.jcol = self._sorted_pattern(pat)
-        self._jkey = self.jrow * nv + self.jcol
+        mrow, mcol = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        start = np.zeros(self.n_lifts, np.int64)
+        end = np.zeros(self.n_lifts, np.int64)
+        self._mrec = []
+        for lv in self.levels:
+            jac = lv.nlp.evaluate_jacobian()
+            rec, keys = self._recipe(lv.out[jac.row], jac.col, lv.w_pos, lv.aux_pos,
+                                     mcol, start, end, nv)
+            base = len(mrow)
+            self._mrec.append((base, len(keys), rec))
+            rows, cols = keys // nv, keys % nv
+            first = np.searchsorted(rows, lv.out)
+            start[lv.out], end[lv.out] = base + first, base + np.searchsorted(rows, lv.out, "right")
+            mrow, mcol = np.concatenate([mrow, rows]), np.concatenate([mcol, cols])
+        self._mrow, self._mcol = mrow, mcol
+        jac = self.nlp.evaluate_jacobian()
+        self._jrec, keys = self._recipe(np.asarray(jac.row), jac.col, self._w_pos,
+                                        self._aux_pos, mcol, start, end, nv)
+        self.jrow, self.jcol = keys // nv, keys % nv
+        # gradient: the outer NLP's w entries, and M's rows of the lifts it reads
+        ga = np.flatnonzero(self._aux_pos >= 0)
+        gp, gm = self._pairs(ga, self._aux_pos[ga], start, end)
+        self._grec = (np.flatnonzero(self._w_pos >= 0), gp, gm)
+
+    @staticmethod
+    def _pairs(e: np.ndarray, lift: np.ndarray, start: np.ndarray, end: np.ndarray):
+        """Every (e_i, p) with p in M's entries of row lift_i (CSR-style ranges)."""
+        cnt = end[lift] - start[lift]
+        tot = int(cnt.sum())
+        off = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        return np.repeat(e, cnt), np.repeat(start[lift], cnt) + (np.arange(tot) - off)
+
+    def _recipe(self, out_row, prim, w_pos, aux_pos, mcol, start, end, nv):
+        """Entries of (J @ P), J an NLP's Jacobian (entries e: row out_row[e], primal prim[e])
+        and P = d(primals)/dw: J[e] itself for a primal that is a node variable, J[e] x M[p]
+        over M's row for a lift. Returns the gathers and the sorted keys row * nv + col."""
+        prim = np.asarray(prim, np.int64)
+        de = np.flatnonzero(w_pos[prim] >= 0)
+        ae = np.flatnonzero(aux_pos[prim] >= 0)
+        pe, pm = self._pairs(ae, aux_pos[prim[ae]], start, end)
+        key = np.concatenate([out_row[de] * nv + w_pos[prim[de]], out_row[pe] * nv + mcol[pm]])
+        keys, inv = np.unique(key, return_inverse=True)
+        return (de, pe, pm, inv[:len(de)], inv[len(de):], len(keys)), keys
+
+    @staticmethod
+    def _apply(rec, jd: np.ndarray, md: np.ndarray) -> np.ndarray:
+        de, pe, pm, dpos, ppos, size = rec
+        return (np.bincount(dpos, weights=jd[de], minlength=size)
+                + np.bincount(ppos, weights=jd[pe] * md[pm], minlength=size))
 
     @staticmethod
     def _selector(pos: np.ndarray, ncol: int) -> sp.csr_matrix:
@@ -228,28 +273,20 @@ class NodeProvider:
         on = np.flatnonzero(pos >= 0)
         return sp.csr_matrix((np.ones(len(on)), (on, pos[on])), shape=(len(pos), ncol))
 
-    @staticmethod
-    def _sorted_pattern(coo) -> tuple[np.ndarray, np.ndarray]:
-        key = np.unique(coo.row.astype(np.int64) * coo.shape[1] + coo.col)
-        return key // coo.shape[1], key % coo.shape[1]
+    def _m_data(self, jacs: list) -> np.ndarray:
+        """Values of M = d(lifts)/dw at its fixed entries, level by level."""
+        md = np.zeros(len(self._mrow))
+        for (base, size, rec), jd in zip(self._mrec, jacs):
+            md[base:base + size] = self._apply(rec, jd, md)
+        return md
 
-    def _compose(self, jacs: list) -> tuple[list, sp.csr_matrix]:
-        """P = d(NLP primals)/dw for the outer NLP and each level (P[0] outer), and
-        M = d(lifts)/dw, from the levels' Jacobians (CSR, NLP row order)."""
-        nv = len(self.variables)
-        M = sp.csr_matrix((self.n_lifts, nv))
-        Ps = [None]
-        for i, (lv, J) in enumerate(zip(self.levels, jacs), start=1):
-            P = (self._sel_w[i] + self._sel_a[i] @ M).tocsr()
-            Ps.append(P)
-            place = sp.csr_matrix((np.ones(len(lv.out)), (lv.out, np.arange(len(lv.out)))),
-                                  shape=(self.n_lifts, len(lv.out)))
-            M = (M + place @ (J @ P)).tocsr()
-        Ps[0] = (self._sel_w[0] + self._sel_a[0] @ M).tocsr()
-        return Ps, M
+    def _compose(self, md: np.ndarray) -> list:
+        """P = d(NLP primals)/dw for the outer NLP (P[0]) and each level (CSR)."""
+        M = sp.csr_matrix((md, (self._mrow, self._mcol)), shape=(self.n_lifts, len(self.variables)))
+        return [(sw + sa @ M).tocsr() for sw, sa in zip(self._sel_w, self._sel_a)]
 
     def _forward(self, x_local: np.ndarray) -> list:
-        """Values of the lifts at x_local (set on every NLP); returns the levels' Jacobians."""
+        """Values of the lifts at x_local (set on every NLP); the levels' Jacobian data."""
         a = np.zeros(self.n_lifts)
         jacs = []
         for lv in self.levels:
@@ -257,7 +294,7 @@ class NodeProvider:
                             a[np.maximum(lv.aux_pos, 0)])
             lv.nlp.set_primals(prim)
             a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
-            jacs.append(lv.nlp.evaluate_jacobian().tocsr())
+            jacs.append(np.asarray(lv.nlp.evaluate_jacobian().data, float))
         self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
                                       a[np.maximum(self._aux_pos, 0)]))
         return jacs
@@ -278,8 +315,8 @@ class NodeProvider:
             on = h.row == h.col
             np.add.at(d, h.row[on], h.data[on])
             return d
-        jacs = self._forward(x_local)
-        Ps, _M = self._compose(jacs)
+        self._forward(x_local)
+        Ps = self._compose(self._m_data([lv.nlp.evaluate_jacobian().data for lv in self.levels]))
         duals = y_local * self.sign
         lam = np.asarray(nlp.evaluate_grad_objective(), float)
         if nlp.n_constraints():
@@ -293,11 +330,11 @@ class NodeProvider:
         on = self._aux_pos >= 0
         np.add.at(acc, self._aux_pos[on], lam[on])
         for i in range(len(self.levels) - 1, -1, -1):   # top level first: complete adjoints
-            lv, J = self.levels[i], jacs[i]
+            lv = self.levels[i]
             lam_l = acc[lv.out]
             lv.nlp.set_duals(lam_l)
             d += quad_diag(lv.nlp.evaluate_hessian_lag(), Ps[i + 1])
-            push = J.T @ lam_l
+            push = lv.nlp.evaluate_jacobian().T @ lam_l
             on = lv.aux_pos >= 0
             np.add.at(acc, lv.aux_pos[on], push[on])
         return d
@@ -307,23 +344,22 @@ class NodeProvider:
         at the node's copies x_local (model units)."""
         nlp = self.nlp
         if self.levels:
-            Ps, _M = self._compose(self._forward(x_local))
+            md = self._m_data(self._forward(x_local))
         else:
             nlp.set_primals(x_local)
         f = float(nlp.evaluate_objective())
         g = np.asarray(nlp.evaluate_grad_objective(), float)
         if self.levels:
-            g = Ps[0].T @ g
+            wp, gp, gm = self._grec
+            g = (np.bincount(self._w_pos[wp], weights=g[wp], minlength=len(self.variables))
+                 + np.bincount(self._mcol[gm], weights=g[gp] * md[gm],
+                               minlength=len(self.variables)))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
+            jd = np.asarray(nlp.evaluate_jacobian().data, float)
             if self.levels:
-                J = (nlp.evaluate_jacobian().tocsr() @ Ps[0]).tocoo()
-                pos = np.searchsorted(self._jkey, J.row.astype(np.int64) * len(self.variables) + J.col)
-                jd = np.zeros(len(self._jkey))
-                np.add.at(jd, pos, J.data)
-                jd *= self.sign[self.jrow]
-            else:
-                jd = np.asarray(nlp.evaluate_jacobian().data, float) * self.sign[self.jrow]
+                jd = self._apply(self._jrec, jd, md)
+            jd = jd * self.sign[self.jrow]
         else:
             c, jd = np.zeros(0), np.zeros(0)
         return f, g, c, jd
