@@ -34,6 +34,12 @@ non-negative weights). Same problem; the point is sparsity: the AMPL Solver Libr
 dense Hessian block over the nonlinear variables of each function, so the DC delay row over all
 N*B offloading shares gave a Lagrangian Hessian with 5 million entries on 100 UEs / 20 BSs /
 10 DCs; lifted, each nonlinear function has a handful of variables.
+
+The block form (copies=True) keeps P's variables as SPEC §4 lists them; its named sums (`m._lifts`:
+the data volumes D_b, each DC's D_b copies and D_s, gbar, the step row's sum `dc[0].gsum`,
+vartheta and the general bound's noise and local sums) are lifted *inside* the decentralised
+solver's per-node derivative providers instead (`solvers.sca.NodeProvider`, chain rule), so P, its
+rows and its consensus structure are the same with or without them.
 """
 from __future__ import annotations
 

@@ -20,6 +20,11 @@ Per-node blocks (`build_structure`)
   takes the primal step; the value reaches every node that holds a copy or reads it by
   `Comm.broadcast` along the relay plan `plan`, and the gradient contributions of those nodes
   return to the primary by `Comm.reduce`.
+* The named sums of the block model (`m._lifts`: data volumes, gbar, the step row's sum,
+  vartheta) are internal variables of the providers that read them (`NodeProvider`, exact
+  chain rule), so that no function handed to the AMPL library reads more than a few dozen
+  variables: its Hessian blocks are dense per function, and a DC's gamma m D_s / z over every
+  rho_nb copy gave (links x T)^2 entries per DC (README "Scale and MPI").
 * The convex constraints become projection groups over shared variables (identical groups of
   different copy holders, e.g. every node's I_s simplex, are one set).
 
