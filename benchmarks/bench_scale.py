@@ -12,7 +12,8 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
 * `dec` (per rank count): `--method decentralized` (1 rank: in process; R ranks: `mpiexec -n R
   cefl-opt solve ... --backend mpi`): wall time, peak RSS (the largest rank), outer and inner
   iterations, time per outer and per inner iteration, the floor of one outer iteration (one
-  linearisation + one projection of the solver's own structure, when it exposes them), messages
+  linearisation + one projection of the solver's own structure, when it exposes them; with
+  `build_structure`'s time and its per-node Hessian entries, max and total), messages
   and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
 * `dec5` (per rank count, as `dec`), `cpd`: `--method decentralized` and `--method
   centralized-pd` (the same iterations with exact global dual updates) for `--cpd-outer` (5)
@@ -103,7 +104,10 @@ def _dec_floor(inst) -> dict:
         st.project(u)
         t2 = time.perf_counter()
         best_l, best_p = min(best_l, t1 - t0), min(best_p, t2 - t1)
-    return {"floor_linearise_s": best_l, "floor_project_s": best_p, "floor_s": best_l + best_p}
+    nnz = [pv.nnz_hessian() for pv in getattr(st, "providers", []) if hasattr(pv, "nnz_hessian")]
+    return {"floor_linearise_s": best_l, "floor_project_s": best_p, "floor_s": best_l + best_p,
+            "structure_build_s": getattr(st, "build_s", None),
+            "hess_nnz_max": max(nnz) if nnz else None, "hess_nnz_total": sum(nnz) if nnz else None}
 
 
 def _flatten(prefix: str, d) -> dict:
@@ -231,6 +235,7 @@ def measure(args) -> pd.DataFrame:
                   f"rss={rss:.0f}MB " + " ".join(f"{k}={v}" for k, v in extra.items()
                                                  if k in ("objective", "feasible", "s_per_inner",
                                                           "s_per_outer", "floor_s",
+                                                          "structure_build_s", "hess_nnz_max",
                                                           "vars_block", "stop_reason",
                                                           "ipopt_solve_s", "ipopt_iterations")),
                   flush=True)

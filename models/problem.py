@@ -34,6 +34,12 @@ non-negative weights). Same problem; the point is sparsity: the AMPL Solver Libr
 dense Hessian block over the nonlinear variables of each function, so the DC delay row over all
 N*B offloading shares gave a Lagrangian Hessian with 5 million entries on 100 UEs / 20 BSs /
 10 DCs; lifted, each nonlinear function has a handful of variables.
+
+The block form (copies=True) keeps P's variables as SPEC §4 lists them; its named sums (`m._lifts`:
+the data volumes D_b, each DC's D_b copies and D_s, gbar, the step row's sum `dc[0].gsum`,
+vartheta and the general bound's noise and local sums) are lifted *inside* the decentralised
+solver's per-node derivative providers instead (`solvers.sca.NodeProvider`, chain rule), so P, its
+rows and its consensus structure are the same with or without them.
 """
 from __future__ import annotations
 
@@ -374,9 +380,26 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
     m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
 
+    m._lifts = _lift_candidates(m) if copies else []
     if binaries == "fixed":
         fix_binaries(m, fixed)
     return m
+
+
+def _lift_candidates(m) -> list:
+    """Block form: the named sums that the per-node derivative providers treat as internal
+    variables (`solvers.sca.NodeProvider`; P itself is unchanged): the data volumes (BS D_b, a
+    DC's D_b copies and D_s) and the bound's aggregates (gbar, the step row's sum, vartheta,
+    the general bound's noise and local sums). Each is a sum of small terms, but a nonlinear
+    function of it (sqrt(gbar), gamma m D_s / z) gets a dense Hessian block over all its
+    variables from the AMPL Solver Library; with the sum as an internal variable it does not."""
+    out = [m.bs[b].D for b in m.B]
+    for s in m.S:
+        out += [m.dc[s].Db, m.dc[s].D]
+    out += [c for c in (m.gbar, getattr(m.dc[0], "gsum", None), m.vartheta_b,
+                        getattr(m, "ml_noise", None), getattr(m, "ml_local", None))
+            if isinstance(c, pyo.Expression)]
+    return out
 
 
 def _consensus(m) -> None:
@@ -444,12 +467,12 @@ def _weighted_gammas(m, inst: Instance, f=lambda g: g):
                 D = m.ue[n].D[t]
             out += D / Dt * f(m.ue[n].gamma[t])
         for s in m.S:
-            if m._copies:
-                D = sum((own.rho_bs[t, b] if s == 0 else m.bs[b].rho_bs[t, s]) * own.Db[t, b]
-                        for b in m.B)
+            fg = f(m.dc[s].gamma[t])
+            if m._copies:  # D_s f(gamma_s) written out per BS: small terms (sparse Hessian)
+                out += sum((own.rho_bs[t, b] if s == 0 else m.bs[b].rho_bs[t, s]) * own.Db[t, b]
+                           * fg / Dt for b in m.B)
             else:
-                D = m.dc[s].D[t]
-            out += D / Dt * f(m.dc[s].gamma[t])
+                out += m.dc[s].D[t] / Dt * fg
     return out
 
 
@@ -477,8 +500,8 @@ def _step_row(m, inst: Instance) -> None:
     # the sum is written out again rather than read from the named Expression m.gbar: with
     # m.gbar shared by the objective and this row, the NL writer's defined variables gave ASL
     # objective gradients that disagree with finite differences (tests/test_decentralized.py)
-    own.coupling.step = pyo.Constraint(
-        expr=k * own.g_max * (own.g_max - 1) - _weighted_gammas(m, inst) <= 0)
+    own.gsum = pyo.Expression(expr=_weighted_gammas(m, inst))   # used by this row only
+    own.coupling.step = pyo.Constraint(expr=k * own.g_max * (own.g_max - 1) - own.gsum <= 0)
 
 
 def _ml_expression(m, inst: Instance, bound: str):
@@ -510,8 +533,9 @@ def _ml_expression(m, inst: Instance, bound: str):
             ts = inst.Theta[i] * inst.sigma[i] ** 2
             noise += blk.D[t] / Dt ** 2 * (1 - mm) * ts / mm * a2 / a1 ** 2
             local += (1 - mm) * ts * g * (a2 - 1) / (mm * a1 * Dt)
-    return (c * F0 + c * drift + 16.0 * eta * L * vt / T * noise
-            + 12.0 * eta ** 2 * L ** 2 * inst.zeta2 * own.h_max + 12.0 * eta ** 2 * L ** 2 / T * local)
+    m.ml_noise, m.ml_local = pyo.Expression(expr=noise), pyo.Expression(expr=local)
+    return (c * F0 + c * drift + 16.0 * eta * L * vt / T * m.ml_noise
+            + 12.0 * eta ** 2 * L ** 2 * inst.zeta2 * own.h_max + 12.0 * eta ** 2 * L ** 2 / T * m.ml_local)
 
 
 # ---------------------------------------------------------------------- structure queries

@@ -20,6 +20,11 @@ Per-node blocks (`build_structure`)
   takes the primal step; the value reaches every node that holds a copy or reads it by
   `Comm.broadcast` along the relay plan `plan`, and the gradient contributions of those nodes
   return to the primary by `Comm.reduce`.
+* The named sums of the block model (`m._lifts`: data volumes, gbar, the step row's sum,
+  vartheta) are internal variables of the providers that read them (`NodeProvider`, exact
+  chain rule), so that no function handed to the AMPL library reads more than a few dozen
+  variables: its Hessian blocks are dense per function, and a DC's gamma m D_s / z over every
+  rho_nb copy gave (links x T)^2 entries per DC (README "Scale and MPI").
 * The convex constraints become projection groups over shared variables (identical groups of
   different copy holders, e.g. every node's I_s simplex, are one set).
 
@@ -71,55 +76,295 @@ class GroupBatch:
 
 
 # ------------------------------------------------------------------------------ node NLPs
+def _lifts_in(exprs, lift_ids: dict[int, Any]) -> dict[int, Any]:
+    """The named expressions of `lift_ids` that `exprs` read (not descending into them)."""
+    from pyomo.core.expr.numvalue import native_types
+    found: dict[int, Any] = {}
+    seen: set[int] = set()
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if type(e) in native_types or not hasattr(e, "is_expression_type") \
+                or not e.is_expression_type():
+            continue
+        if e.is_named_expression_type():
+            if id(e) in lift_ids:
+                found[id(e)] = e
+                continue
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+        stack.extend(e.args)
+    return found
+
+
+@dataclass
+class _Level:
+    """One PyomoNLP over lifted sums a_j = E_j(w, lower a) (rows E_j <= 0; value = body - ub)."""
+    nlp: Any
+    out: np.ndarray        # lift index of each NLP row
+    ub: np.ndarray
+    w_pos: np.ndarray      # per NLP primal: index into the node's variables, or -1
+    aux_pos: np.ndarray    # per NLP primal: lift index, or -1
+
+
 class NodeProvider:
     """Derivative provider of one node: a PyomoNLP over its objective share and its coupling
-    rows (module docstring). `comp` maps the NLP's primals to shared-variable indices."""
+    rows (module docstring). `comp` maps the node's variables to shared-variable indices.
 
-    def __init__(self, name: str, share, rows: list, comp_of_var: dict[int, int]):
+    lifts: named sums (`models.problem._lift_candidates`) that the provider evaluates as
+    internal variables: the share and the rows are written over an auxiliary variable a_j per
+    sum read, the sums themselves are PyomoNLPs by nesting level (a sum may read a lower one),
+    and values, gradients, Jacobians and the Hessian diagonal are composed by the chain rule
+    (exact: the Hessian of F(w) = phi(w, a(w)) is P^T H_phi P + sum_j lam_j P_j^T H_j P_j, with
+    P = d(inputs)/dw and lam_j the total adjoint of a_j). Same functions as without lifts; the
+    point is memory: the AMPL library gives every nonlinear function a dense Hessian block over
+    its variables, (links x T)^2 entries for a DC's gamma m D_s / z or dc[0]'s sqrt(gbar)."""
+
+    def __init__(self, name: str, share, rows: list, comp_of_var: dict[int, int],
+                 lifts: dict[int, Any] | None = None):
         from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
+        from pyomo.core.expr.visitor import replace_expressions
+        lifts = lifts or {}
+        exprs = [share] + [c.expr for c in rows]
+        reads = [_lifts_in([e], lifts) if lifts else {} for e in exprs]   # per function
+        top = {k: v for r in reads for k, v in r.items()}
+        # every lift read, directly or through another lift, with its nesting level
+        order: dict[int, Any] = {}
+        inner: dict[int, dict[int, Any]] = {}
+        todo = list(top.values())
+        while todo:
+            e = todo.pop()
+            if id(e) in order:
+                continue
+            order[id(e)] = e
+            inner[id(e)] = {k: v for k, v in _lifts_in([e.expr], lifts).items() if k != id(e)}
+            todo.extend(inner[id(e)].values())
+        level: dict[int, int] = {}
+
+        def lev(k: int) -> int:
+            if k not in level:
+                level[k] = 1 + max((lev(j) for j in inner[k]), default=-1)
+            return level[k]
+        for k in order:
+            lev(k)
+        keys = sorted(order, key=lambda k: level[k])
+        self.n_lifts = len(keys)
+        aux = pyo.ConcreteModel(name=f"node {name} lifts")
+        aux.a = pyo.Var(range(len(keys)), initialize=0.0)
+        self._aux = aux
+        sub_of = {k: aux.a[j] for j, k in enumerate(keys)}
+        aux_index = {id(aux.a[j]): j for j in range(len(keys))}
+
+        def subst(e, amap):
+            if not amap:
+                return e
+            return replace_expressions(e, {k: sub_of[k] for k in amap},
+                                       descend_into_named_expressions=True,
+                                       remove_named_expressions=True)
         sub = pyo.ConcreteModel(name=f"node {name}")
-        sub.obj = pyo.Objective(expr=share)
+        sub.obj = pyo.Objective(expr=subst(share, reads[0]))
         sub.rows = pyo.ConstraintList()
-        for c in rows:
-            sub.rows.add(c.expr)
+        for c, r in zip(rows, reads[1:]):
+            sub.rows.add(subst(c.expr, r))
         self.name = name
         self.nlp = PyomoNLP(sub)
-        # the NL writer puts nonlinear rows first: keep PyomoNLP's order
+        # the node's variables: the outer NLP's (not the lifts'), then the lifts' NLPs'
+        variables: list = []
+        vpos: dict[int, int] = {}
+
+        def positions(nlp):
+            wp, ap = [], []
+            for v in nlp.get_pyomo_variables():
+                if id(v) in aux_index:
+                    wp.append(-1)
+                    ap.append(aux_index[id(v)])
+                else:
+                    if id(v) not in vpos:
+                        vpos[id(v)] = len(variables)
+                        variables.append(v)
+                    wp.append(vpos[id(v)])
+                    ap.append(-1)
+            return np.array(wp, dtype=np.int64), np.array(ap, dtype=np.int64)
+        self._w_pos, self._aux_pos = positions(self.nlp)
+        self.levels: list[_Level] = []
+        for lv in sorted(set(level.values())):
+            ks = [k for k in keys if level[k] == lv]
+            ls = pyo.ConcreteModel(name=f"node {name} lifts level {lv}")
+            ls.obj = pyo.Objective(expr=0.0)
+            ls.rows = pyo.ConstraintList()
+            for k in ks:
+                ls.rows.add(subst(order[k].expr, inner[k]) <= 0)
+            nlp = PyomoNLP(ls)
+            out = np.array([keys.index(ks[c.index() - 1]) for c in nlp.get_pyomo_constraints()],
+                           dtype=np.int64)
+            wp, ap = positions(nlp)
+            self.levels.append(_Level(nlp=nlp, out=out, ub=np.asarray(nlp.constraints_ub(), float),
+                                      w_pos=wp, aux_pos=ap))
+        self.variables = variables
+        self.comp = np.array([comp_of_var[id(v)] for v in variables], dtype=np.int64)
         self.row_names = [rows[c.index() - 1].name for c in self.nlp.get_pyomo_constraints()]
         self.forcing = np.array([is_forcing(rows[c.index() - 1])
                                  for c in self.nlp.get_pyomo_constraints()], dtype=bool)
-        self.comp = np.array([comp_of_var[id(v)] for v in self.nlp.get_pyomo_variables()],
-                             dtype=np.int64)
         lb, ub = np.asarray(self.nlp.constraints_lb()), np.asarray(self.nlp.constraints_ub())
         if np.any(np.isfinite(lb) & np.isfinite(ub)):
             raise ValueError(f"node {name}: a coupling row has two finite bounds")
         self.sign = np.where(np.isfinite(ub), 1.0, -1.0)
         self.rhs = np.where(self.sign > 0, ub, lb)
+        if not self.levels:
+            jac = self.nlp.evaluate_jacobian()
+            self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
+            return
+        # fixed sparsity of d(lifts)/dw (M, level by level) and of the rows' Jacobian in w,
+        # with the gathers that compose their values from the NLPs' Jacobian data
+        nv = len(variables)
+        self._sel_w = [self._selector(self._w_pos, nv)] + \
+            [self._selector(lv.w_pos, nv) for lv in self.levels]
+        self._sel_a = [self._selector(self._aux_pos, self.n_lifts)] + \
+            [self._selector(lv.aux_pos, self.n_lifts) for lv in self.levels]
+        mrow, mcol = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        start = np.zeros(self.n_lifts, np.int64)
+        end = np.zeros(self.n_lifts, np.int64)
+        self._mrec = []
+        for lv in self.levels:
+            jac = lv.nlp.evaluate_jacobian()
+            rec, keys = self._recipe(lv.out[jac.row], jac.col, lv.w_pos, lv.aux_pos,
+                                     mcol, start, end, nv)
+            base = len(mrow)
+            self._mrec.append((base, len(keys), rec))
+            rows, cols = keys // nv, keys % nv
+            first = np.searchsorted(rows, lv.out)
+            start[lv.out], end[lv.out] = base + first, base + np.searchsorted(rows, lv.out, "right")
+            mrow, mcol = np.concatenate([mrow, rows]), np.concatenate([mcol, cols])
+        self._mrow, self._mcol = mrow, mcol
         jac = self.nlp.evaluate_jacobian()
-        self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
+        self._jrec, keys = self._recipe(np.asarray(jac.row), jac.col, self._w_pos,
+                                        self._aux_pos, mcol, start, end, nv)
+        self.jrow, self.jcol = keys // nv, keys % nv
+        # gradient: the outer NLP's w entries, and M's rows of the lifts it reads
+        ga = np.flatnonzero(self._aux_pos >= 0)
+        gp, gm = self._pairs(ga, self._aux_pos[ga], start, end)
+        self._grec = (np.flatnonzero(self._w_pos >= 0), gp, gm)
+
+    @staticmethod
+    def _pairs(e: np.ndarray, lift: np.ndarray, start: np.ndarray, end: np.ndarray):
+        """Every (e_i, p) with p in M's entries of row lift_i (CSR-style ranges)."""
+        cnt = end[lift] - start[lift]
+        tot = int(cnt.sum())
+        off = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        return np.repeat(e, cnt), np.repeat(start[lift], cnt) + (np.arange(tot) - off)
+
+    def _recipe(self, out_row, prim, w_pos, aux_pos, mcol, start, end, nv):
+        """Entries of (J @ P), J an NLP's Jacobian (entries e: row out_row[e], primal prim[e])
+        and P = d(primals)/dw: J[e] itself for a primal that is a node variable, J[e] x M[p]
+        over M's row for a lift. Returns the gathers and the sorted keys row * nv + col."""
+        prim = np.asarray(prim, np.int64)
+        de = np.flatnonzero(w_pos[prim] >= 0)
+        ae = np.flatnonzero(aux_pos[prim] >= 0)
+        pe, pm = self._pairs(ae, aux_pos[prim[ae]], start, end)
+        key = np.concatenate([out_row[de] * nv + w_pos[prim[de]], out_row[pe] * nv + mcol[pm]])
+        keys, inv = np.unique(key, return_inverse=True)
+        return (de, pe, pm, inv[:len(de)], inv[len(de):], len(keys)), keys
+
+    @staticmethod
+    def _apply(rec, jd: np.ndarray, md: np.ndarray) -> np.ndarray:
+        de, pe, pm, dpos, ppos, size = rec
+        return (np.bincount(dpos, weights=jd[de], minlength=size)
+                + np.bincount(ppos, weights=jd[pe] * md[pm], minlength=size))
+
+    @staticmethod
+    def _selector(pos: np.ndarray, ncol: int) -> sp.csr_matrix:
+        """(NLP primals x ncol) 0/1 matrix: primal p -> column pos[p] (rows with pos -1 empty)."""
+        on = np.flatnonzero(pos >= 0)
+        return sp.csr_matrix((np.ones(len(on)), (on, pos[on])), shape=(len(pos), ncol))
+
+    def _m_data(self, jacs: list) -> np.ndarray:
+        """Values of M = d(lifts)/dw at its fixed entries, level by level."""
+        md = np.zeros(len(self._mrow))
+        for (base, size, rec), jd in zip(self._mrec, jacs):
+            md[base:base + size] = self._apply(rec, jd, md)
+        return md
+
+    def _compose(self, md: np.ndarray) -> list:
+        """P = d(NLP primals)/dw for the outer NLP (P[0]) and each level (CSR)."""
+        M = sp.csr_matrix((md, (self._mrow, self._mcol)), shape=(self.n_lifts, len(self.variables)))
+        return [(sw + sa @ M).tocsr() for sw, sa in zip(self._sel_w, self._sel_a)]
+
+    def _forward(self, x_local: np.ndarray) -> list:
+        """Values of the lifts at x_local (set on every NLP); the levels' Jacobian data."""
+        a = np.zeros(self.n_lifts)
+        jacs = []
+        for lv in self.levels:
+            prim = np.where(lv.w_pos >= 0, x_local[np.maximum(lv.w_pos, 0)],
+                            a[np.maximum(lv.aux_pos, 0)])
+            lv.nlp.set_primals(prim)
+            a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
+            jacs.append(np.asarray(lv.nlp.evaluate_jacobian().data, float))
+        self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
+                                      a[np.maximum(self._aux_pos, 0)]))
+        return jacs
+
+    def nnz_hessian(self) -> int:
+        """Entries of the AMPL library's Hessians held by this provider (all its NLPs)."""
+        return int(self.nlp.nnz_hessian_lag() + sum(lv.nlp.nnz_hessian_lag() for lv in self.levels))
 
     def hessian_diag(self, x_local: np.ndarray, y_local: np.ndarray) -> np.ndarray:
         """Diagonal of the Hessian of (share + sum_k y_k C_k) at x_local."""
         nlp = self.nlp
-        nlp.set_primals(x_local)
+        if not self.levels:
+            nlp.set_primals(x_local)
+            if nlp.n_constraints():
+                nlp.set_duals(y_local * self.sign)
+            h = nlp.evaluate_hessian_lag()
+            d = np.zeros(nlp.n_primals())
+            on = h.row == h.col
+            np.add.at(d, h.row[on], h.data[on])
+            return d
+        self._forward(x_local)
+        Ps = self._compose(self._m_data([lv.nlp.evaluate_jacobian().data for lv in self.levels]))
+        duals = y_local * self.sign
+        lam = np.asarray(nlp.evaluate_grad_objective(), float)
         if nlp.n_constraints():
-            nlp.set_duals(y_local * self.sign)
-        h = nlp.evaluate_hessian_lag()
-        d = np.zeros(nlp.n_primals())
-        on = h.row == h.col
-        np.add.at(d, h.row[on], h.data[on])
+            nlp.set_duals(duals)
+            lam = lam + nlp.evaluate_jacobian().T @ duals
+
+        def quad_diag(H, P):
+            return np.asarray(P.multiply(H.tocsr() @ P).sum(axis=0)).ravel()
+        d = quad_diag(nlp.evaluate_hessian_lag(), Ps[0])
+        acc = np.zeros(self.n_lifts)
+        on = self._aux_pos >= 0
+        np.add.at(acc, self._aux_pos[on], lam[on])
+        for i in range(len(self.levels) - 1, -1, -1):   # top level first: complete adjoints
+            lv = self.levels[i]
+            lam_l = acc[lv.out]
+            lv.nlp.set_duals(lam_l)
+            d += quad_diag(lv.nlp.evaluate_hessian_lag(), Ps[i + 1])
+            push = lv.nlp.evaluate_jacobian().T @ lam_l
+            on = lv.aux_pos >= 0
+            np.add.at(acc, lv.aux_pos[on], push[on])
         return d
 
     def evaluate(self, x_local: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """(share, gradient, C (sign-adjusted, minus rhs), Jacobian data in (jrow, jcol) order)
         at the node's copies x_local (model units)."""
         nlp = self.nlp
-        nlp.set_primals(x_local)
+        if self.levels:
+            md = self._m_data(self._forward(x_local))
+        else:
+            nlp.set_primals(x_local)
         f = float(nlp.evaluate_objective())
         g = np.asarray(nlp.evaluate_grad_objective(), float)
+        if self.levels:
+            wp, gp, gm = self._grec
+            g = (np.bincount(self._w_pos[wp], weights=g[wp], minlength=len(self.variables))
+                 + np.bincount(self._mcol[gm], weights=g[gp] * md[gm],
+                               minlength=len(self.variables)))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
-            jd = np.asarray(nlp.evaluate_jacobian().data, float) * self.sign[self.jrow]
+            jd = np.asarray(nlp.evaluate_jacobian().data, float)
+            if self.levels:
+                jd = self._apply(self._jrec, jd, md)
+            jd = jd * self.sign[self.jrow]
         else:
             c, jd = np.zeros(0), np.zeros(0)
         return f, g, c, jd
@@ -389,10 +634,11 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
         primary[ca] = d
     # ---- node providers
     shares = _node_shares(m)
+    lifts = {id(e): e for comp in getattr(m, "_lifts", []) for e in comp.values()}
     providers = []
     for nm, blk in blocks.items():
         rows = list(blk.coupling.component_data_objects(pyo.Constraint, active=True))
-        providers.append(NodeProvider(nm, shares[nm], rows, comp_of_var))
+        providers.append(NodeProvider(nm, shares[nm], rows, comp_of_var, lifts))
     fsum = sum(pv.evaluate(x0[pv.comp])[0] for pv in providers)
     fobj = float(pyo.value(m.obj))
     if not abs(fsum - fobj) <= 1e-9 * max(1.0, abs(fobj)):

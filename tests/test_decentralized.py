@@ -60,7 +60,7 @@ def _set_model(st, u):
     """Put the shared variables' values on every copy of the block model."""
     x = st.x_of(u)
     for pv in st.providers:
-        for v, val in zip(pv.nlp.get_pyomo_variables(), x[pv.comp]):
+        for v, val in zip(pv.variables, x[pv.comp]):
             v.set_value(float(val), skip_validation=True)
 
 
@@ -95,6 +95,55 @@ def test_node_providers_reproduce_the_block_model(preset):
         _set_model(st, dn)
         fd = pyo.value(m.obj)
         assert lin.g[j] == pytest.approx((fu - fd) / (2 * h), rel=1e-5, abs=1e-7)
+
+
+def _unlifted_structure(inst, bound, monkeypatch):
+    """The same structure with every sum left inside its functions (no lifted sums)."""
+    import cefl_opt.models.problem as problem
+    with monkeypatch.context() as mp:
+        mp.setattr(problem, "_lift_candidates", lambda m: [])
+        return build_structure(inst, bound=bound)
+
+
+@pytest.mark.parametrize("preset,bound", [("small", "corollary"), ("small", "general"),
+                                          ("reach", "corollary")])
+def test_lifted_providers_equal_the_unlifted_ones(preset, bound, monkeypatch):
+    """Providers that evaluate the data-volume and bound sums as internal variables (chain
+    rule) give the share, gradient, rows, Jacobian and Hessian diagonal that the AMPL library
+    computes on the full expressions, at random points and multipliers; and hold far fewer
+    Hessian entries."""
+    inst = (make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
+            if preset == "reach" else make_instance(preset, seed=3, rounds=2))
+    st = build_structure(inst, bound=bound)
+    st0 = _unlifted_structure(inst, bound, monkeypatch)
+    assert st.row_names == st0.row_names and st.n == st0.n
+    assert any(pv.levels for pv in st.providers) and not any(pv.levels for pv in st0.providers)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        u = st.project(st.u0 + rng.normal(0, 0.05, st.n))
+        a, b = st.linearise(u), st0.linearise(u)
+        assert a.f == pytest.approx(b.f, rel=1e-12)
+        assert np.allclose(a.g, b.g, rtol=1e-10, atol=1e-12 * np.abs(b.g).max())
+        assert np.allclose(a.c, b.c, rtol=1e-10, atol=1e-12)
+        dA = abs(st.A(a) - st0.A(b)).max()
+        assert dA <= 1e-10 * abs(st0.A(b)).max()
+        y = rng.uniform(0, 2, st.n_rows)
+        h, h0 = st.curvature(u, y), st0.curvature(u, y)
+        assert np.allclose(h, h0, rtol=1e-9, atol=1e-12 * np.abs(h0).max())
+    lifted = sum(pv.nnz_hessian() for pv in st.providers)
+    full = sum(pv.nlp.nnz_hessian_lag() for pv in st0.providers)
+    assert lifted * (5 if preset == "reach" else 2) < full
+
+
+def test_lifted_hessians_grow_linearly_with_the_ues():
+    """The largest per-node Hessian (dc0: the bound's sums over every DPU) grows like the
+    number of UEs, not its square (it was (links x T)^2 before the lifts)."""
+    sizes = {}
+    for ues in (20, 40):
+        inst = make_instance("paper", ues=ues, bss=6, dcs=3, reach=2, seed=5, rounds=2)
+        st = build_structure(inst)
+        sizes[ues] = max(pv.nnz_hessian() for pv in st.providers)
+    assert sizes[40] <= 2.3 * sizes[20]
 
 
 def test_structure_groups_and_primaries(tiny_st, tiny):
