@@ -47,7 +47,7 @@ def test_every_epigraph_name_is_found_and_linear(small_st):
     names = {nm for group in EPIGRAPH_LEVELS for nm, _ in group}
     found = set()
     for pv in st.providers:
-        for v, j in zip(pv.nlp.get_pyomo_variables(), pv.comp):
+        for v, j in zip(pv.variables, pv.comp):
             if st.epi_level[j] >= 0:
                 found.add(v.parent_component().local_name)
     assert found == names      # corollary bound: m_min; every max term of the block form
