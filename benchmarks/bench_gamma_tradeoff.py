@@ -33,7 +33,8 @@ Per mode and gamma: the five terms, the bound, vartheta, gbar, both sides of the
 delay, the energy, the objective and whether the point is feasible for P (points past the cap
 violate the step row). Printed: d/dg of every term at g = 1 with the delays held (forward
 difference of `system.ml_bound`) and d(objective)/dg with everything re-evaluated, and the
-feasible g that minimises the bound and the objective.
+feasible g that minimises the bound and the objective, and the sigma_max at which the slope of
+the bound at g = 1 changes sign (noise's slope scales with sigma_max^2, the rest held).
 
 Writes results/bench/bench_gamma_tradeoff.csv, bench_gamma_tradeoff_slopes.csv and
 bench_gamma_tradeoff.png.
@@ -80,6 +81,15 @@ def ml_slope(inst, gam, ms, taus, Di, h: float = 1e-6) -> dict[str, float]:
     a = system.ml_bound(inst, gam, ms, taus, Di)
     b = system.ml_bound(inst, gam + h, ms, taus, Di)
     return {k: (b[k] - a[k]) / h for k in (*TERMS, "total")}
+
+
+def sigma_flip(slope: dict[str, float], sigma_max: float) -> float:
+    """The sigma_max at which the slope `ml_slope` of the bound changes sign, everything else
+    held: noise's slope scales with sigma_max^2 (local's too, but local does not move with a
+    common g), so it is sigma_max sqrt(-(rest)/noise); nan when no sigma flips it."""
+    rest = slope["total"] - slope["noise"]
+    r = -rest / slope["noise"] if slope["noise"] != 0 else -1.0
+    return sigma_max * float(np.sqrt(r)) if r > 0 else float("nan")
 
 
 def sweep(inst, sol, gammas) -> pd.DataFrame:
@@ -154,11 +164,13 @@ def main(argv=None) -> int:
         g_b = float(ok.loc[ok["ml_bound"].idxmin(), "gamma"]) if len(ok) else float("nan")
         g_o = float(ok.loc[ok["objective"].idxmin(), "gamma"]) if len(ok) else float("nan")
         row1 = df.iloc[0]
+        s_flip = sigma_flip(ds, float(base.sigma.max()))
         slopes.append({"vartheta_mode": mode, **{f"d_{k}": ds[k] for k in (*TERMS, "total")},
                        **{f"{k}_at_1": float(row1[k]) for k in (*TERMS, "ml_bound")},
                        "d_objective": (e1 - e0) / h, "xi1": inst.xi1,
                        "xi1_d_bound": inst.xi1 * ds["total"],
                        "argmin_bound_feasible": g_b, "argmin_objective_feasible": g_o,
+                       "sigma_max": float(base.sigma.max()), "sigma_flip": s_flip,
                        "cap": cap})
     df = pd.concat(frames, ignore_index=True)
     sl = pd.DataFrame(slopes)
@@ -169,14 +181,16 @@ def main(argv=None) -> int:
     suite.table(sl, "at gamma = 1: terms and d/dgamma (delays held), d(objective)/dgamma "
                 "(re-evaluated)", ["vartheta_mode", *[f"{k}_at_1" for k in TERMS],
                                    *[f"d_{k}" for k in (*TERMS, "total")], "d_objective",
-                                   "argmin_bound_feasible", "argmin_objective_feasible"])
+                                   "argmin_bound_feasible", "argmin_objective_feasible",
+                                   "sigma_flip"])
     for s in slopes:
         sign = "rises" if s["d_total"] > 0 else "falls"
         print(f"{s['vartheta_mode']:>8}: d(bound)/dgamma at 1 = {s['d_total']:+.4g} (the bound "
               f"{sign} with gamma); noise {s['noise_at_1']:.4g} vs init + drift "
               f"{s['init_at_1'] + s['drift_at_1']:.4g}; feasible argmin of the bound "
               f"{s['argmin_bound_feasible']:.4g}, of the objective "
-              f"{s['argmin_objective_feasible']:.4g} (cap {cap:.4g})")
+              f"{s['argmin_objective_feasible']:.4g} (cap {cap:.4g}); the slope changes sign "
+              f"at sigma_max = {s['sigma_flip']:.3g} (measured {s['sigma_max']:.3g})")
     plot(df, cap, suite.path(f"{NAME}.png"), base.name, orch)
     return suite.finish()
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from pytest import approx
 
-from benchmarks.bench_gamma_tradeoff import ml_slope, with_common_gamma
+from benchmarks.bench_gamma_tradeoff import ml_slope, sigma_flip, with_common_gamma
 from cefl_opt.system import ml_bound
 
 T, D = 2, 4
@@ -99,6 +99,23 @@ def test_ml_slope_at_one_by_hand(mode, slope):
     assert ds["noise"] == approx(-sgn * h["noise"] / 2, rel=1e-5)
     assert ds["hetero"] == approx(4.5, rel=1e-5)
     assert abs(ds["local"]) < 1e-4
+
+
+@pytest.mark.parametrize("mode,want", [
+    # tau_eff: noise slope 128 (sigma_max = 2), the rest -4.6 - 6.4 + 4.5 = -6.5:
+    # 2 sqrt(6.5/128); constant: noise slope -64, the rest 9.2 + 12.8 + 4.5 = 26.5
+    ("tau_eff", 2 * math.sqrt(6.5 / 128)), ("constant", 2 * math.sqrt(26.5 / 64)),
+])
+def test_sigma_flip_zeroes_the_slope(mode, want):
+    """At the sigma_max sigma_flip returns, the slope at g = 1 is zero (recomputed with every
+    sigma_i scaled, so the noise and local terms both move)."""
+    inst = hand(mode)
+    ds = ml_slope(inst, np.ones((T, D)), MS, TAUS, DI)
+    s = sigma_flip(ds, float(inst.sigma.max()))
+    assert s == approx(want, rel=1e-5)
+    flipped = inst.copy(sigma=inst.sigma * s / inst.sigma.max())
+    assert abs(ml_slope(flipped, np.ones((T, D)), MS, TAUS, DI)["total"]) < 1e-3
+    assert math.isnan(sigma_flip({"total": 5.0, "noise": 1.0}, 2.0))   # rises for every sigma
 
 
 def test_with_common_gamma_changes_gamma_only(tiny_hand):
