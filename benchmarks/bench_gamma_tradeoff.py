@@ -130,7 +130,13 @@ def main(argv=None) -> int:
     base = common.sweep_instance(args, reduce_quick=False)   # the cached constants' network
     cap = system.common_gamma_step_cap(base)
     if args.solution:
-        sol, orch = Solution.load(args.solution, base), f"solution file {args.solution}"
+        try:
+            sol, orch = Solution.load(args.solution, base), f"solution file {args.solution}"
+        except ValueError as e:                    # InputError: missing, not JSON, wrong shape
+            suite.ap.error(f"--solution: {e}")
+        if len(sol.rounds) != base.T:
+            suite.ap.error(f"--solution: {args.solution} has {len(sol.rounds)} rounds, the "
+                           f"instance {base.T} (--T)")
     elif args.orchestration == "reference":
         sol, orch = system.reference_solution(base), "reference orchestration"
     else:

@@ -20,6 +20,7 @@ constant (the instance's vartheta = 0.5): init 18.4 sqrt(g), drift 25.6 sqrt(g),
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +126,43 @@ def test_with_common_gamma_changes_gamma_only(tiny_hand):
         assert np.all(r1.gamma_ue == 1.7) and np.all(r1.gamma_dc == 1.7)
         assert np.array_equal(r0.rho_nb, r1.rho_nb) and np.array_equal(r0.m_ue, r1.m_ue)
         assert r0.gamma_ue[0] != 1.7                       # the original is untouched
+
+
+def run_suite(*argv):
+    """The suite in its own process (it seeds, silences warnings and sets torch's threads)."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "benchmarks.bench_gamma_tradeoff", *argv],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+
+
+def test_suite_runs_and_its_slopes_follow_the_rule(tmp_path):
+    """The suite end to end on a small paper-style network with placeholder constants (no
+    data, no cache): files written, the point at the common-gamma cap feasible and the one past
+    it not, and the slope at g = 1 has the sign of +-(noise - init - drift)/2 + hetero computed
+    from the terms it reports (mu eta = 1e-5, so vartheta = ||a||_1 ~ g)."""
+    import pandas as pd
+    proc = run_suite("--placeholder-constants", "--ues", "4", "--bss", "2", "--dcs", "2",
+                     "--T", "2", "--quick", "--out-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    df = pd.read_csv(tmp_path / "bench_gamma_tradeoff.csv")
+    sl = pd.read_csv(tmp_path / "bench_gamma_tradeoff_slopes.csv").set_index("vartheta_mode")
+    assert (tmp_path / "bench_gamma_tradeoff.png").stat().st_size > 0
+    cap = float(sl["cap"].iloc[0])
+    for mode, d in df.groupby("vartheta_mode"):
+        assert d.loc[d["gamma"] <= cap, "feasible"].all()
+        assert not d.loc[d["gamma"] > cap * (1 + 1e-9), "feasible"].any()
+        r = sl.loc[mode]
+        sgn = 1 if mode == "tau_eff" else -1
+        rule = sgn * (r["noise_at_1"] - r["init_at_1"] - r["drift_at_1"]) / 2 + r["hetero_at_1"]
+        assert r["d_total"] == approx(rule, rel=1e-3)
+
+
+def test_suite_bad_solution_file_is_one_error(tmp_path):
+    proc = run_suite("--placeholder-constants", "--ues", "4", "--bss", "2", "--dcs", "2", "--T",
+                     "2", "--solution", str(tmp_path / "nope.json"), "--out-dir", str(tmp_path))
+    assert proc.returncode == 2
+    err = proc.stderr
+    assert "--solution" in err and "nope.json" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
