@@ -201,11 +201,11 @@ def add_constants_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cache-dir", default="results/cache")
 
 
-def sweep_instance(args):
-    """The paper preset (reduced under --quick) with T = --T or 2 rounds; with the ML constants
-    measured on --dataset (`measured_constants`, cached) when the suite declared
-    `add_constants_args` and --placeholder-constants is not given."""
-    inst = instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args))
+def sweep_instance(args, reduce_quick: bool = True):
+    """The paper preset (reduced under --quick unless not `reduce_quick`) with T = --T or 2
+    rounds; with the ML constants measured on --dataset (`measured_constants`, cached) when the
+    suite declared `add_constants_args` and --placeholder-constants is not given."""
+    inst = instance("paper", seed=args.seed, rounds=args.T or 2, **net_kwargs(args, reduce_quick))
     if getattr(args, "placeholder_constants", True):
         return inst
     from cefl_opt.learning.data import load_dataset

@@ -15,8 +15,8 @@ results/cache), with the instance's default vartheta_mode; `--placeholder-consta
 preset's 1s. The mean gamma P chooses (over units holding data, weighted by data) is reported.
 
 Writes results/bench/exp4_xi1.csv and exp4_xi1.png.
-Default: the paper network, T = 2, ipopt-enum (measured 10 minutes with another job running on
-the 2-core machine; the factors 0.1 and 10 take longest).
+Default: the paper network, T = 2, ipopt-enum (measured constants from the cache: 21 minutes,
+190-370 s per factor, under a load average of 4-6 on the 2-core machine).
 --quick: the same on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations

@@ -113,6 +113,40 @@ def test_evaluate_feasible_reference(small, capsys):
     assert sorted(data["ml_parts"]) == ["drift", "hetero", "init", "local", "noise", "total"]
 
 
+def test_evaluate_reports_the_step_condition(small, capsys):
+    """Theorem 1's step row 4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T (SPEC §3): the
+    reference holds it; one common gamma 1.5x the cap violates it, and evaluate says so (exit 1,
+    named in the JSON). Both sides recomputed here from the instance's numbers: with one gamma g
+    and all data kept, gbar = d T g."""
+    from cefl_opt.system import common_gamma_step_cap
+    path, inst = small
+    d, T = inst.N + inst.S, inst.T
+
+    def sides(g):
+        return (4 * d * inst.L ** 2 * g * (g - 1) * (2 * inst.zeta1 ** 2 + 1), d * T * g * T)
+
+    g_ref = reference_solution(inst).rounds[0].gamma_ue[0]
+    rc, out, err = run(["evaluate", path / "net.json", path / "ref.json"], capsys)
+    assert rc == 0, err
+    lhs, rhs = sides(g_ref)
+    assert f"gbar T: {lhs:.6g} <= {rhs:.6g}: holds" in out
+    g = 1.5 * common_gamma_step_cap(inst)
+    assert g <= inst.gamma_max
+    sol = reference_solution(inst)
+    for r in sol.rounds:
+        r.gamma_ue[:], r.gamma_dc[:] = g, g
+    sol.save(path / "big.json")
+    rc, out, err = run(["evaluate", path / "net.json", path / "big.json", "--json",
+                        path / "ev.json"], capsys)
+    lhs, rhs = sides(g)
+    assert rc == 1 and lhs > rhs
+    assert f"gbar T: {lhs:.6g} <= {rhs:.6g}: VIOLATED" in out
+    data = json.loads((path / "ev.json").read_text())
+    assert [v["constraint"] for v in data["violations"]] == ["step size (Theorem 1, corollary eta)[]"]
+    assert data["ml_info"]["step_lhs"] == pytest.approx(lhs, rel=1e-12)
+    assert data["ml_info"]["step_rhs"] == pytest.approx(rhs, rel=1e-12)
+
+
 def test_evaluate_general_bound(small, capsys):
     path, inst = small
     rc, out, _ = run(["evaluate", path / "net.json", path / "ref.json", "--bound", "general"], capsys)
