@@ -32,8 +32,9 @@ Scaling: u = x / s as before (box width; unbounded epigraph variables from their
 at w^0; constant over a projection group). Coupling rows are divided by the 2-norm of their
 gradient in u at w^0 (floored), fixed for the whole run.
 
-Outer update (eqn:NOVA param update): u^{l+1} = u^l + zeta (u_hat - u^l); stop when
-||u_hat - u^l||_inf <= tol and the scaled violation <= viol_tol (`run_sca`).
+Outer update (eqn:NOVA param update): u^{l+1} = u^l + zeta (u_hat - u^l), then the epigraph
+variables of the max terms restored (`restore_epigraphs`); stop when ||u_hat - u^l||_inf <= tol
+and the scaled violation <= viol_tol (`run_sca`).
 """
 from __future__ import annotations
 
@@ -866,7 +867,11 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     are spread over processes (MPI backend), an object with `local_rows` ((K,) bool: rows this
     process hosts), `max_var(per_var)` / `sum_rows(per_row)` (collectives over all processes)
     and `nonzero_view(du)` (du at the Jacobian nonzeros as the rows' hosts hold it): every
-    decision below then comes from collectives, so every process takes the same branch."""
+    decision below then comes from collectives, so every process takes the same branch.
+    After each step (`k.restore`) the max terms' epigraph variables are restored
+    (`restore_epigraphs`; `restore(u, lin, free)` is its message-passing form, default the
+    one-process form); the prox weight of each variable is lambda1 x its factor
+    (`_adapt_prox`, floor `k.prox_min`) plus its curvature."""
     k = consts
     K = st.n_rows
     max_outer = k.max_outer if max_outer is None else max_outer
