@@ -69,11 +69,16 @@ def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
     res = solve(inst, "scip", time_limit=10)
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
-    assert res.solution is not None and system.evaluate(inst, res.solution).feasible
-    assert res.bound is not None and res.bound <= best + 1e-6  # a lower bound is below the optimum
-    assert res.objective >= best * (1 - 1e-6)                  # no incumbent beats brute force
+    ev = system.evaluate(inst, res.solution) if res.solution is not None else None
+    assert ev is not None and ev.feasible
+    assert res.objective == pytest.approx(ev.objective, rel=1e-6)   # the incumbent's own value
+    # a lower bound is below every feasible point we know. (The enumeration is over the
+    # binaries with Ipopt, a local solver, on the non-convex rest: SCIP's incumbent may beat it,
+    # as it does by 0.3 % on this instance under load; nothing beats SCIP's bound.)
+    assert res.bound is not None and res.bound <= min(best, res.objective) + 1e-6
+    assert res.objective <= best * 1.05                        # and it is a good incumbent
     if res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied:
-        assert res.objective == pytest.approx(best, rel=1e-4)
+        assert res.objective <= best * (1 + 1e-4)
 
 
 def test_infeasible_instance_gets_an_infeasible_status_and_exit_code(tmp_path):
