@@ -63,7 +63,7 @@ BINARY_MODES = ("relaxed", "binary", "fixed")
 #: their rows, grouped in the order a feasibility restoration moves them: the inner maxima first
 #: (delta^B_b, max_b dD_bs, max_{n,b} dD_nb feed the delay rows, which they enter with the
 #: opposite sign), then the round's delays dA, dR, and the bound's m_min. Every row is linear
-#: in each of them (`tests/test_sca_restoration.py`).
+#: in each of them (`tests/test_sca_steps.py`).
 EPIGRAPH_LEVELS: tuple[tuple[tuple[str, int], ...], ...] = (
     (("dB", 1), ("eBS", 1), ("eNB", 1)),
     (("dA", 1), ("dR", 1), ("m_min", -1)),

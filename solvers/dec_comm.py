@@ -56,7 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["DisconnectedGraphError", "RelayPlan", "build_plan", "Comm", "LocalComm",
-           "graph_adjacency"]
+           "graph_adjacency", "summer"]
 
 FLOAT_BYTES = 8
 
@@ -115,6 +115,15 @@ def _bfs_parents(adj: list[np.ndarray], root: int) -> np.ndarray:
     return parent
 
 
+def summer(index: np.ndarray, size: int) -> sp.csr_matrix:
+    """(size, len(index)) 0/1 matrix S with S @ w == np.bincount(index, w, size) (column by
+    column for a 2-D w): one sparse product instead of a bincount per call (the gathers of the
+    collectives and of the inner loop)."""
+    n = len(index)
+    return sp.csr_matrix((np.ones(n), (np.asarray(index, np.int64), np.arange(n))),
+                         shape=(size, n))
+
+
 @dataclass
 class RelayPlan:
     """Relay trees of Q shared quantities (module docstring). Entry arrays are sorted by node."""
@@ -144,9 +153,7 @@ class RelayPlan:
     def summer(self) -> sp.csr_matrix:
         """(Q, E) 0/1 matrix: S @ entry_values = the sums per quantity (built once)."""
         if self._summer is None:
-            n = len(self.entry_q)
-            self._summer = sp.csr_matrix((np.ones(n), (self.entry_q, np.arange(n))),
-                                         shape=(self.n_quantities, n))
+            self._summer = summer(self.entry_q, self.n_quantities)
         return self._summer
 
     def member_entries(self) -> np.ndarray:

@@ -118,7 +118,6 @@ class _DecOps:
             np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
 
-
     def restore(self, u: np.ndarray, lin: Linearisation, free: np.ndarray):
         """`sca.restore_epigraphs` by messages: each row's host computes what its rows need,
         max-reduced to the variable's primary; the move reaches the hosts by broadcast."""

@@ -41,9 +41,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from .dec_comm import Comm
+from .dec_comm import Comm, summer
 from .sca import DecStructure, Linearisation
 
 
@@ -118,15 +117,6 @@ def resolve_constants(constants: str | dict | PDConstants | None) -> PDConstants
         raise ValueError(f"unknown constant(s) {sorted(unknown)}; known: "
                          f"{sorted(PDConstants.__dataclass_fields__)}")
     return replace(base, **d)
-
-
-def summer(index: np.ndarray, size: int) -> sp.csr_matrix:
-    """(size, len(index)) 0/1 matrix S with S @ w == np.bincount(index, w, size) (column by
-    column for a 2-D w): one sparse product instead of a bincount per call (the inner loop's
-    gathers)."""
-    n = len(index)
-    return sp.csr_matrix((np.ones(n), (np.asarray(index, np.int64), np.arange(n))),
-                         shape=(size, n))
 
 
 class InnerSolver:

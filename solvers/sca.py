@@ -321,8 +321,7 @@ class NodeProvider:
             on = h.row == h.col
             np.add.at(d, h.row[on], h.data[on])
             return d
-        self._forward(x_local)
-        Ps = self._compose(self._m_data([lv.nlp.evaluate_jacobian().data for lv in self.levels]))
+        Ps = self._compose(self._m_data(self._forward(x_local)))
         duals = y_local * self.sign
         lam = np.asarray(nlp.evaluate_grad_objective(), float)
         if nlp.n_constraints():
@@ -882,6 +881,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     force[st.force_rows] = True
     free = ~force
     L = np.where(force, 0.0, float(k.L_C))
+    restore = restore or _central_restore(st)
     phi = np.ones(st.n)          # per-variable prox factors (`_adapt_prox`)
     d_prev = np.zeros(st.n)
     q = np.full(st.n, float(k.lambda1))
@@ -915,7 +915,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         u_next = u + zeta_eff * d
         lin_next = lin_fn(u_next)
         if k.restore:
-            u_r, moved = (restore or _central_restore(st))(u_next, lin_next, free)
+            u_r, moved = restore(u_next, lin_next, free)
             if moved:
                 u_next, lin_next = u_r, lin_fn(u_r)
         # ---- L_k: upper-bound check of the non-forcing rows at the new point
