@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -145,6 +145,7 @@ class RelayPlan:
     up_bytes: np.ndarray | None = None
     edges: set[tuple[int, int]] = field(default_factory=set)   # undirected tree edges used
     _summer: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)   # `_cached`
 
     @property
     def n_rounds(self) -> int:
@@ -332,6 +333,27 @@ class Comm:
         sent in the same messages)."""
         return self._reduce_rounds(plan, entry_values, op)
 
+    def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
+                       ) -> np.ndarray:
+        """``reduce(plan, column_stack([S @ x for S in maps]))``: per-entry values that each
+        node computes from its own data by sparse maps (e.g. its rows' multipliers summed into
+        its entries), reduced together (len(maps) floats per entry)."""
+        return self.reduce(plan, np.column_stack([S @ x for S in maps]))
+
+    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
+                       ) -> np.ndarray:
+        """``broadcast(plan, root_values)[at]``: the broadcast read at fixed entries (e.g. a
+        row host's copy of each variable its rows read)."""
+        return self.broadcast(plan, root_values)[at]
+
+    def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
+                          maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
+        """``[S @ e**p for S, p in zip(maps, powers)]`` with ``e = broadcast(plan,
+        root_values)``: what each node computes from its copies by sparse maps of its own
+        (e.g. its rows' linear and quadratic terms); one broadcast."""
+        e = self.broadcast(plan, root_values)
+        return [S @ (e if p == 1 else e ** p) for S, p in zip(maps, powers)]
+
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)
         vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])
@@ -402,9 +424,62 @@ class LocalComm(Comm):
             return out
         return plan.summer() @ ev
 
+    def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
+                       ) -> np.ndarray:
+        """Same sums as `Comm.reduce_product`, with ``plan.summer() @ S`` composed once per
+        map."""
+        xv = np.asarray(x, float)
+        self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
+        out = np.empty((plan.n_quantities, len(maps)))
+        for j, S in enumerate(maps):
+            out[:, j] = _cached(plan, ("product", id(S)), S,
+                                lambda: (plan.summer() @ S).tocsr()) @ xv
+        return out
+
+    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
+                       ) -> np.ndarray:
+        """Same values as `Comm.broadcast_take`, with ``plan.entry_q[at]`` composed once."""
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        return rv[_cached(plan, ("take", id(at)), at, lambda: plan.entry_q[at])]
+
+    def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
+                          maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
+        """Same values as `Comm.broadcast_product`, with each map composed once with the
+        broadcast's entry -> quantity selection (a power of an entry is the power of its root
+        value: the entry is a copy)."""
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        out = []
+        for S, p in zip(maps, powers):
+            M = _cached(plan, ("at_root", id(S)), S, lambda: _at_root(plan, S))
+            out.append(M @ (rv if p == 1 else rv ** p))
+        return out
+
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
+        self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
+
+    def _charge_width(self, msgs: np.ndarray, nbytes: np.ndarray, width: int) -> None:
         self.msgs += msgs
-        self.bytes += nbytes * (int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
+        self.bytes += nbytes * width
+
+
+def _cached(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]) -> Any:
+    """A value derived from (plan, owner), kept on the plan (the owner is kept alive with it,
+    so its id stays unique)."""
+    cache = plan._derived
+    hit = cache.get(key)
+    if hit is None or hit[0] is not owner:
+        hit = cache[key] = (owner, make())
+    return hit[1]
+
+
+def _at_root(plan: RelayPlan, S: sp.spmatrix) -> sp.csr_matrix:
+    """S (columns: entries) with each column moved to its quantity: S @ e == M @ root values
+    when e = the broadcast of the root values."""
+    S = sp.csr_matrix(S)
+    return sp.csr_matrix((S.data, plan.entry_q[S.indices], S.indptr),
+                         shape=(S.shape[0], plan.n_quantities))
 
 
 def _edge_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[list[tuple[int, int]], list[np.ndarray]]:

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .dec_comm import Comm, summer
 from .sca import DecStructure, Linearisation
@@ -151,28 +152,40 @@ class InnerSolver:
         self._S_rows = summer(self.rows, K)
         self._S_cols = summer(self.jent, self.E) if mode == "decentralized" \
             else summer(self.cols, st.n)
+        # pattern of the per-surrogate maps row multiplier -> entry term (`_term_maps`)
+        ent = self.jent if mode == "decentralized" else self.cols
+        order = np.lexsort((self.rows, ent))
+        n_ent = self.E if mode == "decentralized" else st.n
+        self._tpat = (order, self.rows[order],
+                      np.searchsorted(ent[order], np.arange(n_ent + 1)), (n_ent, K))
 
     # ---------------------------------------------------------------- messages
     def _to_entries(self, v: np.ndarray) -> np.ndarray:
         """Primary values -> every holder (broadcast)."""
         return self.comm.broadcast(self.plan, v)
 
-    def _row_terms(self, a: np.ndarray, LL: np.ndarray, mult: np.ndarray) -> np.ndarray:
-        """Per shared variable i: (sum_k m_k a_ki, sum_k m_k L_k) over the rows touching it,
-        m the rows' multipliers (forcing rows: their fixed penalty weights)."""
-        mr = mult[self.rows]
-        terms = np.empty((len(mr), 2))
-        np.multiply(a, mr, out=terms[:, 0])
-        np.multiply(LL, mr, out=terms[:, 1])
-        return self._gather_cols(terms)
+    def _term_maps(self, a: np.ndarray, LL: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        """For one surrogate: the maps m -> (sum_k m_k a_ki, sum_k m_k L_k) per entry (a row
+        host's copy of variable i; centralized: i itself), i.e. each host's sums over its own
+        rows (one sparse matrix per value, fixed pattern)."""
+        order, ind, ptr, shape = self._tpat
+        return (sp.csr_matrix((a[order], ind, ptr), shape=shape),
+                sp.csr_matrix((LL[order], ind, ptr), shape=shape))
+
+    def _row_terms(self, maps: tuple, mult: np.ndarray) -> np.ndarray:
+        """(n, 2): per shared variable i, (sum_k m_k a_ki, sum_k m_k L_k) over the rows touching
+        it, m the rows' multipliers (forcing rows: their fixed penalty weights); the hosts'
+        sums reach the primaries by one reduce (2 floats per entry)."""
+        if self.mode == "centralized":
+            return np.column_stack([maps[0] @ mult, maps[1] @ mult])
+        return self.comm.reduce_product(self.plan, maps, mult)
 
     def _gather_cols(self, per_nz: np.ndarray) -> np.ndarray:
         """Sum of per-nonzero row terms into their shared variables (hosts -> primaries);
         per_nz may have a second axis (several values per nonzero, sent together)."""
         if self.mode == "centralized":
             return self._S_cols @ per_nz
-        ent = self._S_cols @ per_nz
-        return self.comm.reduce(self.plan, ent)
+        return self.comm.reduce(self.plan, self._S_cols @ per_nz)
 
     def _global_max(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
         """Largest value over all rows (at their hosts) and, if given, over all shared
@@ -209,13 +222,25 @@ class InnerSolver:
         """du at every Jacobian nonzero as its row's host holds it (broadcast)."""
         if self.mode == "centralized":
             return du[self.cols]
-        return self._to_entries(du)[self.jent]
+        return self.comm.broadcast_take(self.plan, du, self.jent)
 
-    def _row_values(self, lin: Linearisation, du: np.ndarray, L: np.ndarray) -> np.ndarray:
-        """C~_k(u) at the hosts (from their copies of du)."""
-        K = self.st.n_rows
-        d = du[self.cols] if self.mode == "centralized" else self._to_entries(du)[self.jent]
-        return lin.c + self._S_rows @ (lin.a * d) + 0.5 * L * (self._S_rows @ (d * d))
+    def _row_maps(self, a: np.ndarray, L: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        """For one surrogate: each host's maps from its copies d of du to its rows' terms
+        a_k^T d and L_k/2 |d_{S_k}|^2 (the latter applied to d^2); columns are the hosts'
+        entries (centralized: the shared variables)."""
+        cols = self.jent if self.mode == "decentralized" else self.cols
+        shape = (self.st.n_rows, self.E if self.mode == "decentralized" else self.st.n)
+        ptr = self.st.jac_indptr
+        return (sp.csr_matrix((a, cols, ptr), shape=shape),
+                sp.csr_matrix((0.5 * L[self.rows], cols, ptr), shape=shape))
+
+    def _row_values(self, c: np.ndarray, maps: tuple, du: np.ndarray) -> np.ndarray:
+        """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
+        received by one broadcast)."""
+        if self.mode == "centralized":
+            return c + maps[0] @ du + maps[1] @ (du * du)
+        lin_part, quad_part = self.comm.broadcast_product(self.plan, du, maps, (1, 2))
+        return c + lin_part + quad_part
 
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
@@ -223,10 +248,7 @@ class InnerSolver:
         absa = np.abs(lin.a) * free[self.rows]
         colsum = self._gather_cols(absa)
         w = colsum / q
-        if self.mode == "decentralized":
-            wn = self._to_entries(w)[self.jent]
-        else:
-            wn = w[self.cols]
+        wn = self._nonzero_view(w)
         D = np.bincount(self.rows, weights=absa * wn, minlength=self.st.n_rows)
         return np.where(free & (D > 0), self.k.rel / np.maximum(D, 1e-300), 0.0)
 
@@ -245,13 +267,14 @@ class InnerSolver:
         t = 1.0
         res = np.inf
         it = 0
-        LL = L[self.rows]
+        maps = self._term_maps(lin.a, L[self.rows])
+        rmaps = self._row_maps(lin.a, L)
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(lin.a, LL, np.where(free, y, fixed))
+            GH = self._row_terms(maps, np.where(free, y, fixed))
             H = q + GH[:, 1]
             v = ul - (lin.g + GH[:, 0]) / H
             du = st.project(v, 1.0 / H) - ul
-            Ct = self._row_values(lin, du, L)
+            Ct = self._row_values(lin.c, rmaps, du)
             lam_new = np.where(free, np.clip(y + sigma * Ct, 0.0, k.dual_cap), 0.0)
             if it % 10 == 0 or it == k.inner_iters:
                 kkt = np.where(free, np.abs(np.clip(y + Ct, 0.0, k.dual_cap) - y), 0.0)
@@ -283,18 +306,19 @@ class InnerSolver:
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
         du = st.project(ul + du) - ul
-        LL = L[self.rows]
+        maps = self._term_maps(lin.a, L[self.rows])
+        rmaps = self._row_maps(lin.a, L)
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(lin.a, LL, np.where(free, y, fixed))
+            GH = self._row_terms(maps, np.where(free, y, fixed))
             H = q + GH[:, 1] + tau_inv
             v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
             du_new = st.project(v, 1.0 / H) - ul
-            Ct = self._row_values(lin, 2.0 * du_new - du, L)
+            Ct = self._row_values(lin.c, rmaps, 2.0 * du_new - du)
             y_new = np.where(free, np.clip(y + sigma * Ct, 0.0, k.dual_cap), 0.0)
             if it % 10 == 0 or it == k.inner_iters:
-                Cn = self._row_values(lin, du_new, L)
+                Cn = self._row_values(lin.c, rmaps, du_new)
                 kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, k.dual_cap) - y_new), 0.0)
                 pr = np.abs(du_new - du) * tau_inv       # at the primaries
                 res = self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)

@@ -33,6 +33,7 @@ __all__ = [
     "project_capped_simplex",
     "project_knapsack",
     "project_weighted",
+    "WeightedBatch",
 ]
 
 # Relative slack on the feasibility tests (sum lo <= total <= sum hi): sums that miss by a few
@@ -295,18 +296,97 @@ def project_weighted(X: Any, W: Any, lo: Any, hi: Any, total: Any, equality: boo
     return Y[0] if squeeze else Y
 
 
-def weighted_rows(X: np.ndarray, Wt: np.ndarray, L: np.ndarray, H: np.ndarray, t: np.ndarray,
-                  eq: np.ndarray) -> np.ndarray:
-    """`project_weighted` without input checks, for the solver's inner loop: rows with eq[r]
-    are capped simplices, the others knapsacks (sum <= t). Padding entries with lo = hi = 0
-    are allowed (they stay 0)."""
-    Y = np.clip(X, L, H)
-    need = eq | (Y.sum(axis=1) > t)
-    if need.all():
-        return _weighted_eq(X, Wt, L, H, t)
-    if need.any():
-        Y[need] = _weighted_eq(X[need], Wt[need], L[need], H[need], t[need])
-    return Y
+class WeightedBatch:
+    """`project_weighted` for the solver's inner loop, on a fixed batch of rows (bounds, totals
+    and row kinds set once; no input checks): rows with ``eq[r]`` are capped simplices, the
+    others knapsacks (``sum <= t``); padding entries with ``lo = hi = 0`` stay 0.
+
+    Each call starts from the previous call's multipliers ``mu`` (the inner loop's points move
+    little between calls) and takes Newton steps on ``s(mu) = t``: ``s`` is linear on the
+    current active set, so a step from the right segment lands on the root. A row is accepted
+    when ``|s(mu) - t| <= rtol (|t| + 1)`` (knapsacks: or ``mu = 0`` with ``s(0) <= t``); rows
+    not accepted after ``newton`` steps (a step across several breakpoints, a flat segment) are
+    solved by the exact sort-based method (`_weighted_eq`)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, total: np.ndarray, eq: np.ndarray, *,
+                 newton: int = 3, rtol: float = 1e-13):
+        self.L, self.H = np.asarray(lo, float), np.asarray(hi, float)
+        self.t = np.asarray(total, float)
+        self.eq = np.asarray(eq, bool)
+        self.floor = np.where(self.eq, -np.inf, 0.0)     # knapsacks: mu >= 0
+        self.tol = rtol * (np.abs(self.t) + 1.0)
+        self.newton = max(int(newton), 1)
+        self.mu = np.zeros(len(self.t))
+        self.fallback_rows = 0      # rows solved by the sort method (diagnostics)
+
+    def __call__(self, X: np.ndarray, W: np.ndarray) -> np.ndarray:
+        mu = self.mu
+        # the usual case on all rows at once: the warm start, one Newton step, its check
+        Y, ok, wf = self._check(X, W, self.L, self.H, self.t, self.tol, self.floor, mu, True)
+        if not ok.all():
+            mu = self._step(mu, ok, wf, Y.sum(axis=1) - self.t, self.floor)
+            Y, ok, _ = self._check(X, W, self.L, self.H, self.t, self.tol, self.floor, mu,
+                                   False)
+            if not ok.all():
+                mu = mu.copy()
+                todo = np.flatnonzero(~ok)
+                Y[todo] = self._rows(X[todo], W[todo], todo, mu)
+        self.mu = mu
+        return Y
+
+    @staticmethod
+    def _check(X, W, L, H, t, tol, floor, mu, want_slope):
+        """y(mu), which rows it solves, and (if wanted) the slope sum of w over free entries."""
+        Z = X - W * mu[:, None]
+        Y = np.minimum(np.maximum(Z, L), H)
+        r = Y.sum(axis=1) - t
+        ok = np.abs(r) <= tol
+        ok |= (r <= 0.0) & (mu <= floor)
+        wf = np.where((Z > L) & (Z < H), W, 0.0).sum(axis=1) if want_slope else None
+        return Y, ok, wf
+
+    @staticmethod
+    def _step(mu, ok, wf, r, floor):
+        """Newton step mu + r / slope on the rows not solved (none where the slope is 0)."""
+        move = ~ok & (wf > 0)
+        return np.maximum(np.where(move, mu + r / np.where(move, wf, 1.0), mu), floor)
+
+    def _rows(self, X, W, todo, mu):
+        """The rows left after the first step: more Newton steps, then the sort method."""
+        L, H, t, tol, floor = self.L[todo], self.H[todo], self.t[todo], self.tol[todo], \
+            self.floor[todo]
+        m = mu[todo]
+        Y = np.empty_like(X)
+        left = np.arange(len(todo))
+        for _ in range(self.newton - 1):
+            Ys, ok, wf = self._check(X[left], W[left], L[left], H[left], t[left], tol[left],
+                                     floor[left], m[left], True)
+            Y[left[ok]] = Ys[ok]
+            if ok.all():
+                left = left[:0]
+                break
+            m[left] = self._step(m[left], ok, wf, Ys.sum(axis=1) - t[left], floor[left])
+            left = left[~ok]
+        if len(left):
+            self.fallback_rows += len(left)
+            Xs, Ws, Ls, Hs, ts = X[left], W[left], L[left], H[left], t[left]
+            Ys = np.minimum(np.maximum(Xs, Ls), Hs)
+            need = self.eq[todo[left]] | (Ys.sum(axis=1) > ts)
+            if need.any():
+                Ys[need] = _weighted_eq(Xs[need], Ws[need], Ls[need], Hs[need], ts[need])
+            Y[left] = Ys
+            m[left] = _multiplier(Xs, Ws, Ys, Ls, Hs, m[left], floor[left])
+        mu[todo] = m
+        return Y
+
+
+def _multiplier(X, W, Y, L, H, mu_old, floor):
+    """mu with Y = clip(X - W mu, L, H), read off a free entry (mu_old where none is free)."""
+    free = (Y > L) & (Y < H)
+    j = np.argmax(free, axis=1)
+    r = np.arange(len(X))
+    mu = np.where(free[r, j], (X[r, j] - Y[r, j]) / W[r, j], mu_old)
+    return np.maximum(mu, floor)
 
 
 def _weighted_eq(X, Wt, L, H, t):

@@ -437,14 +437,20 @@ class DecStructure:
     def project(self, v: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
         """Projection of a u-vector onto prod_d D_d (weighted by w = 1/curvature if given):
         every group's primary projects its own rows (all rows in one padded batch here)."""
-        out = np.clip(v, self.lo, self.hi)
+        out = np.minimum(np.maximum(v, self.lo), self.hi)
         pad = self._pad
         if pad is None:
             return out
-        vv = np.append(v, 0.0)[pad["idx"]]
-        ww = np.ones_like(vv) if w is None else np.append(w, 1.0)[pad["idx"]]
-        Y = P.weighted_rows(vv, ww, pad["lo"], pad["hi"], pad["total"], pad["eq"])
-        out[pad["idx"][pad["real"]]] = Y[pad["real"]]
+        n = self.n
+        buf = pad["buf"]
+        buf[:n], buf[n] = v, 0.0            # padding: value 0, weight 1
+        vv = buf[pad["idx"]]
+        if w is None:
+            Y = pad["unit"](vv, pad["ones"])
+        else:
+            buf[:n], buf[n] = w, 1.0
+            Y = pad["batch"](vv, buf[pad["idx"]])
+        out[pad["dst"]] = Y.ravel()[pad["src"]]
         return out
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -488,8 +494,14 @@ class DecStructure:
         if self._local is not None:   # a group's variables share one primary
             keep = self._local[idx[:, 0]]
             idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
-        self._pad = {"idx": idx, "lo": lo, "hi": hi, "total": tot, "eq": eq,
-                     "real": idx < self.n}
+        real = idx < self.n
+        buf = np.zeros(self.n + 1)      # gather buffer; padding entries read buf[n]
+        self._pad = {"idx": idx, "lo": lo, "hi": hi, "total": tot, "eq": eq, "real": real,
+                     "src": np.flatnonzero(real.ravel()), "dst": idx[real],
+                     "buf": buf, "ones": np.ones(idx.shape),
+                     # one warm-started batch per metric (the weighted steps, the plain one)
+                     "batch": P.WeightedBatch(lo, hi, tot, eq),
+                     "unit": P.WeightedBatch(lo, hi, tot, eq)}
 
     def A(self, lin: Linearisation) -> sp.csr_matrix:
         return sp.csr_matrix((lin.a, self.jac_cols, self.jac_indptr), shape=(self.n_rows, self.n))
