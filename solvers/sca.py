@@ -219,10 +219,6 @@ class NodeProvider:
         # fixed sparsity of d(lifts)/dw (M, level by level) and of the rows' Jacobian in w,
         # with the gathers that compose their values from the NLPs' Jacobian data
         nv = len(variables)
-        self._sel_w = [self._selector(self._w_pos, nv)] + \
-            [self._selector(lv.w_pos, nv) for lv in self.levels]
-        self._sel_a = [self._selector(self._aux_pos, self.n_lifts)] + \
-            [self._selector(lv.aux_pos, self.n_lifts) for lv in self.levels]
         mrow, mcol = np.zeros(0, np.int64), np.zeros(0, np.int64)
         start = np.zeros(self.n_lifts, np.int64)
         end = np.zeros(self.n_lifts, np.int64)
@@ -246,6 +242,52 @@ class NodeProvider:
         ga = np.flatnonzero(self._aux_pos >= 0)
         gp, gm = self._pairs(ga, self._aux_pos[ga], start, end)
         self._grec = (np.flatnonzero(self._w_pos >= 0), gp, gm)
+        self._mrange = (start, end)
+        self._dplan = None          # `_diag_plan`, built on the first Hessian diagonal
+        self._at = None             # (x, levels' Jacobian data, M data) of the last evaluation
+
+    def _diag_plan(self) -> list:
+        """Fixed structure of diag(P^T H P) for the outer NLP and each level: P's entries
+        (row = NLP primal, column = node variable, value 1 or an entry of M), and every
+        triple (Hessian entry (r, c), P entry (r, j), P entry (c, j)); then the diagonal is
+        one bincount over the triples. Also the Jacobians' (row, col) for J^T y."""
+        nv = len(self.variables)
+        start, end = self._mrange
+        plan = []
+        for nlp, w_pos, aux_pos in [(self.nlp, self._w_pos, self._aux_pos)] + \
+                [(lv.nlp, lv.w_pos, lv.aux_pos) for lv in self.levels]:
+            wp = np.flatnonzero(w_pos >= 0)
+            ap = np.flatnonzero(aux_pos >= 0)
+            pe, pm = self._pairs(ap, aux_pos[ap], start, end)
+            prow = np.concatenate([wp, pe])
+            pcol = np.concatenate([w_pos[wp], self._mcol[pm]])
+            psrc = np.concatenate([np.full(len(wp), -1, np.int64), pm])
+            order = np.argsort(prow * nv + pcol)
+            prow, pcol, psrc = prow[order], pcol[order], psrc[order]
+            ptr = np.searchsorted(prow, np.arange(nlp.n_primals() + 1))
+            H = nlp.evaluate_hessian_lag()
+            hr, hc = np.asarray(H.row, np.int64), np.asarray(H.col, np.int64)
+            cnt = ptr[hr + 1] - ptr[hr]                       # P entries of each row r
+            e = np.repeat(np.arange(len(hr)), cnt)
+            a = np.repeat(ptr[hr], cnt) + (np.arange(int(cnt.sum())) - np.repeat(
+                np.cumsum(cnt) - cnt, cnt))
+            key = prow * nv + pcol
+            want = hc[e] * nv + pcol[a]                        # the same column in row c
+            b = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
+            hit = key[b] == want if len(key) else np.zeros(len(want), bool)
+            J = nlp.evaluate_jacobian() if nlp.n_constraints() else None
+            plan.append({"psrc": psrc, "e": e[hit], "a": a[hit], "b": b[hit],
+                         "j": pcol[a[hit]], "H": H, "J": J})
+        return plan
+
+    def _lifted_at(self, x_local: np.ndarray) -> np.ndarray:
+        """M's data at x_local, every NLP's primals set there (reused from the last evaluation
+        at the same point)."""
+        if self._at is not None and np.array_equal(self._at[0], x_local):
+            return self._at[1]
+        md = self._m_data(self._forward(x_local))
+        self._at = (x_local.copy(), md)
+        return md
 
     @staticmethod
     def _pairs(e: np.ndarray, lift: np.ndarray, start: np.ndarray, end: np.ndarray):
@@ -273,23 +315,12 @@ class NodeProvider:
         return (np.bincount(dpos, weights=jd[de], minlength=size)
                 + np.bincount(ppos, weights=jd[pe] * md[pm], minlength=size))
 
-    @staticmethod
-    def _selector(pos: np.ndarray, ncol: int) -> sp.csr_matrix:
-        """(NLP primals x ncol) 0/1 matrix: primal p -> column pos[p] (rows with pos -1 empty)."""
-        on = np.flatnonzero(pos >= 0)
-        return sp.csr_matrix((np.ones(len(on)), (on, pos[on])), shape=(len(pos), ncol))
-
     def _m_data(self, jacs: list) -> np.ndarray:
         """Values of M = d(lifts)/dw at its fixed entries, level by level."""
         md = np.zeros(len(self._mrow))
         for (base, size, rec), jd in zip(self._mrec, jacs):
             md[base:base + size] = self._apply(rec, jd, md)
         return md
-
-    def _compose(self, md: np.ndarray) -> list:
-        """P = d(NLP primals)/dw for the outer NLP (P[0]) and each level (CSR)."""
-        M = sp.csr_matrix((md, (self._mrow, self._mcol)), shape=(self.n_lifts, len(self.variables)))
-        return [(sw + sa @ M).tocsr() for sw, sa in zip(self._sel_w, self._sel_a)]
 
     def _forward(self, x_local: np.ndarray) -> list:
         """Values of the lifts at x_local (set on every NLP); the levels' Jacobian data."""
@@ -321,25 +352,38 @@ class NodeProvider:
             on = h.row == h.col
             np.add.at(d, h.row[on], h.data[on])
             return d
-        Ps = self._compose(self._m_data(self._forward(x_local)))
-        duals = y_local * self.sign
+        md = self._lifted_at(x_local)
+        if self._dplan is None:
+            self._dplan = self._diag_plan()
+        nv = len(self.variables)
+
+        def quad_diag(pl) -> np.ndarray:    # diag(P^T H P) over the plan's triples
+            hd = nlp_of[id(pl)].evaluate_hessian_lag(out=pl["H"]).data
+            pd = np.where(pl["psrc"] >= 0, md[pl["psrc"]], 1.0)
+            return np.bincount(pl["j"], weights=hd[pl["e"]] * pd[pl["a"]] * pd[pl["b"]],
+                               minlength=nv)
+
+        def jac_t(pl, nlp_, y) -> np.ndarray:   # J^T y
+            J = nlp_.evaluate_jacobian(out=pl["J"])
+            return np.bincount(J.col, weights=J.data * y[J.row], minlength=nlp_.n_primals())
+        outer, lv_plans = self._dplan[0], self._dplan[1:]
+        nlp_of = {id(outer): nlp}
+        nlp_of.update({id(pl): lv.nlp for pl, lv in zip(lv_plans, self.levels)})
         lam = np.asarray(nlp.evaluate_grad_objective(), float)
         if nlp.n_constraints():
+            duals = y_local * self.sign
             nlp.set_duals(duals)
-            lam = lam + nlp.evaluate_jacobian().T @ duals
-
-        def quad_diag(H, P):
-            return np.asarray(P.multiply(H.tocsr() @ P).sum(axis=0)).ravel()
-        d = quad_diag(nlp.evaluate_hessian_lag(), Ps[0])
+            lam = lam + jac_t(outer, nlp, duals)
+        d = quad_diag(outer)
         acc = np.zeros(self.n_lifts)
         on = self._aux_pos >= 0
         np.add.at(acc, self._aux_pos[on], lam[on])
         for i in range(len(self.levels) - 1, -1, -1):   # top level first: complete adjoints
-            lv = self.levels[i]
+            lv, pl = self.levels[i], lv_plans[i]
             lam_l = acc[lv.out]
             lv.nlp.set_duals(lam_l)
-            d += quad_diag(lv.nlp.evaluate_hessian_lag(), Ps[i + 1])
-            push = lv.nlp.evaluate_jacobian().T @ lam_l
+            d += quad_diag(pl)
+            push = jac_t(pl, lv.nlp, lam_l)
             on = lv.aux_pos >= 0
             np.add.at(acc, lv.aux_pos[on], push[on])
         return d
@@ -349,7 +393,7 @@ class NodeProvider:
         at the node's copies x_local (model units)."""
         nlp = self.nlp
         if self.levels:
-            md = self._m_data(self._forward(x_local))
+            md = self._lifted_at(x_local)
         else:
             nlp.set_primals(x_local)
         f = float(nlp.evaluate_objective())
@@ -436,21 +480,19 @@ class DecStructure:
 
     def project(self, v: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
         """Projection of a u-vector onto prod_d D_d (weighted by w = 1/curvature if given):
-        every group's primary projects its own rows (all rows in one padded batch here)."""
+        every group's primary projects its own rows (here all rows of one width in one batch,
+        `projections.WeightedBatch`, warm-started per metric)."""
         out = np.minimum(np.maximum(v, self.lo), self.hi)
-        pad = self._pad
-        if pad is None:
+        if not self._pad:
             return out
-        n = self.n
-        buf = pad["buf"]
-        buf[:n], buf[n] = v, 0.0            # padding: value 0, weight 1
-        vv = buf[pad["idx"]]
-        if w is None:
-            Y = pad["unit"](vv, pad["ones"])
-        else:
-            buf[:n], buf[n] = w, 1.0
-            Y = pad["batch"](vv, buf[pad["idx"]])
-        out[pad["dst"]] = Y.ravel()[pad["src"]]
+        vb = np.append(v, 0.0)                      # padding entries read index n
+        wb = None if w is None else np.append(w, 1.0)
+        for pad in self._pad:
+            if wb is None:
+                Y = pad["unit"](vb[pad["idx"]], pad["ones"])
+            else:
+                Y = pad["batch"](vb[pad["idx"]], wb[pad["idx"]])
+            out[pad["dst"]] = Y.ravel()[pad["src"]]
         return out
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -474,34 +516,28 @@ class DecStructure:
             self.set_bounds(lo.copy(), hi.copy())
 
     def _build_pad(self) -> None:
-        """All projection groups as one padded batch (padding: index n, bounds [0, 0])."""
-        if not self.groups:
-            self._pad = None
-            return
-        width = max(g.idx.shape[1] for g in self.groups)
-        rows = sum(len(g.idx) for g in self.groups)
-        idx = np.full((rows, width), self.n)
-        lo = np.zeros((rows, width))
-        hi = np.zeros((rows, width))
-        tot = np.zeros(rows)
-        eq = np.zeros(rows, dtype=bool)
-        r = 0
-        for g in self.groups:
-            k, w = g.idx.shape
-            idx[r:r + k, :w], lo[r:r + k, :w], hi[r:r + k, :w] = g.idx, g.lo, g.hi
-            tot[r:r + k], eq[r:r + k] = g.total, g.eq
-            r += k
-        if self._local is not None:   # a group's variables share one primary
-            keep = self._local[idx[:, 0]]
-            idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
-        real = idx < self.n
-        buf = np.zeros(self.n + 1)      # gather buffer; padding entries read buf[n]
-        self._pad = {"idx": idx, "lo": lo, "hi": hi, "total": tot, "eq": eq, "real": real,
-                     "src": np.flatnonzero(real.ravel()), "dst": idx[real],
-                     "buf": buf, "ones": np.ones(idx.shape),
-                     # one warm-started batch per metric (the weighted steps, the plain one)
-                     "batch": P.WeightedBatch(lo, hi, tot, eq),
-                     "unit": P.WeightedBatch(lo, hi, tot, eq)}
+        """The projection groups as batches, one per row width (padding: index n, bounds
+        [0, 0]; groups of one width need none)."""
+        self._pad = []
+        for width in sorted({g.idx.shape[1] for g in self.groups}):
+            gs = [g for g in self.groups if g.idx.shape[1] == width]
+            idx = np.concatenate([g.idx for g in gs])
+            lo = np.concatenate([np.broadcast_to(g.lo, g.idx.shape) for g in gs])
+            hi = np.concatenate([np.broadcast_to(g.hi, g.idx.shape) for g in gs])
+            tot = np.concatenate([np.broadcast_to(g.total, len(g.idx)) for g in gs]).astype(float)
+            eq = np.concatenate([np.broadcast_to(g.eq, len(g.idx)) for g in gs]).astype(bool)
+            if self._local is not None:   # a group's variables share one primary
+                keep = self._local[idx[:, 0]]
+                idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
+            if not len(idx):
+                continue
+            real = idx < self.n
+            self._pad.append({
+                "idx": idx, "src": np.flatnonzero(real.ravel()), "dst": idx[real],
+                "ones": np.ones(idx.shape),
+                # one warm-started batch per metric (the weighted steps, the plain one)
+                "batch": P.WeightedBatch(lo, hi, tot, eq),
+                "unit": P.WeightedBatch(lo, hi, tot, eq)})
 
     def A(self, lin: Linearisation) -> sp.csr_matrix:
         return sp.csr_matrix((lin.a, self.jac_cols, self.jac_indptr), shape=(self.n_rows, self.n))

@@ -130,6 +130,14 @@ def test_lifted_providers_equal_the_unlifted_ones(preset, bound, monkeypatch):
         y = rng.uniform(0, 2, st.n_rows)
         h, h0 = st.curvature(u, y), st0.curvature(u, y)
         assert np.allclose(h, h0, rtol=1e-9, atol=1e-12 * np.abs(h0).max())
+        # at a point not evaluated before (no reuse of the last evaluation), then linearised
+        # there after the curvature (reuse)
+        u2 = st.project(u + rng.normal(0, 0.02, st.n))
+        h, h0 = st.curvature(u2, y), st0.curvature(u2, y)
+        assert np.allclose(h, h0, rtol=1e-9, atol=1e-12 * np.abs(h0).max())
+        a, b = st.linearise(u2), st0.linearise(u2)
+        assert np.allclose(a.g, b.g, rtol=1e-10, atol=1e-12 * np.abs(b.g).max())
+        assert np.allclose(a.c, b.c, rtol=1e-10, atol=1e-12)
     lifted = sum(pv.nnz_hessian() for pv in st.providers)
     full = sum(pv.nlp.nnz_hessian_lag() for pv in st0.providers)
     assert lifted * (5 if preset == "reach" else 2) < full
