@@ -432,7 +432,7 @@ class LocalComm(Comm):
         self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
         out = np.empty((plan.n_quantities, len(maps)))
         for j, S in enumerate(maps):
-            out[:, j] = _cached(plan, ("product", id(S)), S,
+            out[:, j] = _cached(plan, ("product", j), S,
                                 lambda: (plan.summer() @ S).tocsr()) @ xv
         return out
 
@@ -441,7 +441,7 @@ class LocalComm(Comm):
         """Same values as `Comm.broadcast_take`, with ``plan.entry_q[at]`` composed once."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
-        return rv[_cached(plan, ("take", id(at)), at, lambda: plan.entry_q[at])]
+        return rv[_cached(plan, ("take",), at, lambda: plan.entry_q[at])]
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
                           maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
@@ -451,8 +451,8 @@ class LocalComm(Comm):
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
         out = []
-        for S, p in zip(maps, powers):
-            M = _cached(plan, ("at_root", id(S)), S, lambda: _at_root(plan, S))
+        for j, (S, p) in enumerate(zip(maps, powers)):
+            M = _cached(plan, ("at_root", j), S, lambda: _at_root(plan, S))
             out.append(M @ (rv if p == 1 else rv ** p))
         return out
 
@@ -465,8 +465,8 @@ class LocalComm(Comm):
 
 
 def _cached(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]) -> Any:
-    """A value derived from (plan, owner), kept on the plan (the owner is kept alive with it,
-    so its id stays unique)."""
+    """A value derived from (plan, owner), kept on the plan in slot `key` until another owner
+    comes for that slot (one entry per slot: a new surrogate's maps replace the last ones)."""
     cache = plan._derived
     hit = cache.get(key)
     if hit is None or hit[0] is not owner:
