@@ -331,8 +331,9 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
         st.set_local(None)
         info["rank"] = comm.rank
     recs = rec1 + rec2
-    reason = "converged" if reason1 == "converged" and reason2 == "converged" else (
-        reason1 if reason1 != "converged" else reason2)
+    relaxed_ok = reason1 in ("converged", "binary")   # binaries decided either way
+    reason = "converged" if relaxed_ok and reason2 == "converged" else (
+        reason1 if not relaxed_ok else reason2)
     info.update(stop_reason=reason, outer_iterations=len(recs),
                 inner_iterations=int(sum(r.inner["inner_iters"] for r in recs)),
                 final_max_violation=recs[-1].violation if recs else None,

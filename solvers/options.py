@@ -223,7 +223,7 @@ class ScipOptions(MethodOptions):
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max", "restore", "prox_min")
+                      "L_max", "restore", "prox_min", "binary_patience")
 _PRESET = "the preset's"
 
 
@@ -296,6 +296,10 @@ class DecentralizedOptions(MethodOptions):
     prox_min: float | None = option(None, "floor of the per-variable factor on lambda1 that "
                                     "shrinks while a variable keeps moving one way (1: off)",
                                     check=in_interval(0.0, 1.0, lo_open=True), **_preset())
+    binary_patience: int | None = option(None, "outer iterations with every indicator binary "
+                                         "(and the rows held) after which the relaxed phase "
+                                         "hands over to the finishing phase (0: only on "
+                                         "convergence)", check=at_least(0), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

@@ -65,7 +65,10 @@ class PDConstants:
     the primal: an infeasible surrogate, e.g. at the relaxed start, keeps a bounded dual and its
     solution reduces the violation). restore: after each outer step, move the epigraph
     variables of the max terms until their rows hold (`sca.restore_epigraphs`). prox_min:
-    floor of the per-variable factor on lambda1 (`sca._adapt_prox`; 1 turns it off)."""
+    floor of the per-variable factor on lambda1 (`sca._adapt_prox`; 1 turns it off).
+    binary_patience: the relaxed phase stops ("binary") once every indicator has been binary
+    and the rows held for this many consecutive outer iterations (the binaries are then
+    decided; the finishing phase optimises the rest with them fixed); 0: only on convergence."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -88,6 +91,7 @@ class PDConstants:
     inner: str = "pdhg"
     restore: bool = True
     prox_min: float = 1e-3
+    binary_patience: int = 10
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -908,7 +908,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol or the gradient mapping
     max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
     along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
-    indicator binary; else "max_outer". global_max(per-row values) -> float:
+    indicator binary; "binary" (phase relaxed) when every indicator has been binary and the
+    violation <= viol_tol for `binary_patience` accepted iterations in a row; else
+    "max_outer". global_max(per-row values) -> float:
     the max over all hosts (a message-passing max in the decentralised method).
     distributed: None (this process holds every shared variable and row), or, when the nodes
     are spread over processes (MPI backend), an object with `local_rows` ((K,) bool: rows this
@@ -942,6 +944,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     forcing_prev = np.inf
     tol_in = 1e-4
     fnorm = st.row_norm[force]
+    settled = 0                  # consecutive accepted iterations with binaries and rows held
     for it in range(max_outer):
         forcing_on = phase == "relaxed" and it >= k.force_after
         if forcing_on:   # grows while an indicator is fractional, capped at rho_max
@@ -1010,6 +1013,11 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             if (step <= k.outer_tol or stat <= k.stat_tol) and viol_next <= k.viol_tol \
                     and binary_ok:
                 reason = "converged"
+                break
+            settled = settled + 1 if (phase == "relaxed" and binary_ok
+                                      and viol_next <= k.viol_tol) else 0
+            if k.binary_patience and settled >= k.binary_patience:
+                reason = "binary"
                 break
         if stop:
             reason = "stopped"
