@@ -30,8 +30,9 @@ import os
 from typing import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
-from .dec_comm import Comm, RelayPlan
+from .dec_comm import Comm, RelayPlan, _cached
 
 __all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_work", "partition_nodes",
            "under_mpiexec"]
@@ -247,6 +248,32 @@ class MpiComm(Comm):
         out[~self.is_local[plan.entry_node[plan.root_entry]]] = self.missing
         return out
 
+    def reduce_product(self, plan: RelayPlan, maps, x: np.ndarray) -> np.ndarray:
+        """`Comm.reduce_product` with each map cut to this rank's entries (its nodes' own
+        data: the other entries' values are never sent from here)."""
+        loc = _cached(plan, ("mpi_own",), plan,
+                      lambda: np.flatnonzero(self.is_local[plan.entry_node]))
+        ent = np.zeros((len(plan.entry_q), len(maps)))
+        for j, S in enumerate(maps):
+            ent[loc, j] = _cached(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
+        return self.reduce(plan, ent)
+
+    def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
+                          ) -> list[np.ndarray]:
+        """`Comm.broadcast_product` computed for the rows that read only this rank's entries
+        (NaN at the others, as the full product would give)."""
+        e = self.broadcast(plan, root_values)
+        own = self.is_local[plan.entry_node].astype(float)
+        out = []
+        for j, (S, p) in enumerate(zip(maps, powers)):
+            rows, Sl, other = _cached(plan, ("mpi_cols", j), S,
+                                      lambda: _own_rows(S, own))
+            r = np.zeros(S.shape[0])
+            r[other] = np.nan
+            r[rows] = Sl @ (e if p == 1 else e ** p)
+            out.append(r)
+        return out
+
     # ---------------------------------------------------------------- accounting
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-node (messages, bytes) since the last snapshot, summed over the ranks
@@ -271,3 +298,13 @@ class MpiComm(Comm):
         for p in parts:
             out.update(p)
         return out
+
+
+def _own_rows(S, own: np.ndarray):
+    """(rows of S that read only entries marked in `own`, S cut to them, rows reading others)."""
+    S = sp.csr_matrix(S)
+    nnz = np.diff(S.indptr)
+    mine = np.bincount(np.repeat(np.arange(S.shape[0]), nnz), weights=own[S.indices],
+                       minlength=S.shape[0])
+    rows = np.flatnonzero(mine == nnz)
+    return rows, S[rows], np.flatnonzero(mine < nnz)
