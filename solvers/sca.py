@@ -909,7 +909,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
     along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
     indicator binary; "binary" (phase relaxed) when every indicator has been binary and the
-    violation <= viol_tol for `binary_patience` accepted iterations in a row; else
+    violation <= viol_tol for `binary_patience` accepted iterations in a row (a rejected step
+    in between neither counts nor breaks the run: it leaves u unchanged); else
     "max_outer". global_max(per-row values) -> float:
     the max over all hosts (a message-passing max in the decentralised method).
     distributed: None (this process holds every shared variable and row), or, when the nodes
