@@ -293,6 +293,7 @@ class Comm:
         self.bytes = np.zeros(V, dtype=np.int64)
         self.total_msgs = 0
         self.total_bytes = 0
+        self._pending: dict = {}     # LocalComm's tallied charges (`_charge_width`)
 
     @property
     def n_nodes(self) -> int:
@@ -388,12 +389,20 @@ class Comm:
     # ---------------------------------------------------------------- accounting
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-node (messages, bytes) sent since the last snapshot; resets the counters."""
+        self._flush_charges()
         m, b = self.msgs.copy(), self.bytes.copy()
         self.total_msgs += int(m.sum())
         self.total_bytes += int(b.sum())
         self.msgs[:] = 0
         self.bytes[:] = 0
         return m, b
+
+    def _flush_charges(self) -> None:
+        """Add the tallied collectives (`LocalComm._charge_width`) to the per-node counters."""
+        for msgs, nbytes, width, count in self._pending.values():
+            self.msgs += msgs * count
+            self.bytes += nbytes * (width * count)
+        self._pending = {}
 
 
 class LocalComm(Comm):
@@ -460,8 +469,16 @@ class LocalComm(Comm):
         self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
 
     def _charge_width(self, msgs: np.ndarray, nbytes: np.ndarray, width: int) -> None:
-        self.msgs += msgs
-        self.bytes += nbytes * width
+        """Count one collective's messages (per node: msgs, and nbytes x width); tallied per
+        kind and added up at the next `snapshot` (the same totals, fewer array operations in
+        the inner loop)."""
+        key = (id(msgs), id(nbytes), width)
+        hit = self._pending.get(key)
+        if hit is None:
+            self._pending[key] = [msgs, nbytes, width, 1]
+        else:
+            hit[3] += 1
+
 
 
 def _cached(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]) -> Any:
