@@ -204,6 +204,17 @@ class MpiComm(Comm):
         self._plans[key] = (plan, routes)
         return routes
 
+    def _summers(self, plan: RelayPlan) -> list:
+        """Per level: (E x local edges) and, per neighbour rank, (E x its edges) 0/1 matrices
+        adding child values into their parent entries (np.add.at is slow on 2-D arrays)."""
+        def m(parents: np.ndarray) -> sp.csr_matrix:
+            n = len(parents)
+            return sp.csr_matrix((np.ones(n), (parents, np.arange(n))),
+                                 shape=(len(plan.entry_q), n))
+        return _cached(plan, ("mpi_summers", self.rank), self,
+                       lambda: [(m(pe[loc]), [m(pe[ix]) for ix in down])
+                                for pe, ce, loc, down, up in self._routes(plan)])
+
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
         self.msgs[self._local] += msgs[self._local]
         self.bytes[self._local] += nbytes[self._local] * width
@@ -237,13 +248,20 @@ class MpiComm(Comm):
         part = np.asarray(entry_values, float).copy()
         tail, m = part.shape[1:], int(np.prod(part.shape[1:]))
         self._charge(plan.up_msgs, plan.up_bytes, m)
-        comb = np.add.at if op == "sum" else np.maximum.at
-        for pe, ce, loc, down, up in reversed(self._routes(plan)):
-            comb(part, pe[loc], part[ce[loc]])
+        summers = self._summers(plan) if op == "sum" else None
+        for lev, (pe, ce, loc, down, up) in reversed(list(enumerate(self._routes(plan)))):
+            if op == "sum":     # children into parents by precomputed 0/1 products
+                part += summers[lev][0] @ part[ce[loc]]
+            else:
+                np.maximum.at(part, pe[loc], part[ce[loc]])
             got = self._alltoallv([part[ce[ix]].ravel() for ix in up],
                                   [ix.size * m for ix in down])
-            for ix, buf in zip(down, got):
-                comb(part, pe[ix], buf.reshape((ix.size,) + tail))
+            for j, (ix, buf) in enumerate(zip(down, got)):
+                vals = buf.reshape((ix.size,) + tail)
+                if op == "sum":
+                    part += summers[lev][1][j] @ vals
+                else:
+                    np.maximum.at(part, pe[ix], vals)
         out = part[plan.root_entry]
         out[~self.is_local[plan.entry_node[plan.root_entry]]] = self.missing
         return out
