@@ -34,11 +34,21 @@ together), builds a distributed-graph communicator over the rank graph
 (`Create_dist_graph_adjacent`) and implements `exchange` with one `neighbor_alltoallv` per
 round (messages between nodes on the same rank stay local); entry arrays then hold only the
 entries of `local_nodes` (in node order). Backends may add partial sums in different orders,
-so results agree to rounding (the solver's objective to ~1e-12 relative), not bit for bit.
+so results agree to rounding, not bit for bit (over a few outer iterations the solver's
+objective to ~1e-9 relative or better; over long runs the rounding can flip a step's acceptance
+and the runs part).
 
-`LocalComm` (all nodes in one process) overrides both collectives with vectorised numpy
-(gather / bincount over the entries: the same sums) and charges the messages the generic rounds
-would send. It is checked against the generic rounds in `tests/test_decentralized.py`.
+Two composed collectives serve the inner loop: `reduce_product(plan, maps, x)` (each node maps
+its own data x to its entries by sparse maps, then one reduce carries all of them) and
+`broadcast_product(plan, root_values, maps, powers)` (one broadcast, then each node maps its
+copies, or their powers, to its own rows). Generic forms apply the maps and call `reduce` /
+`broadcast`.
+
+`LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
+(gather / one sparse product over the entries: the same sums; the composed collectives compose
+each map with the plan once per map and slot) and charges the messages the generic rounds
+would send (tallied per kind, added at `snapshot`). It is checked against the generic rounds in
+`tests/test_dec_comm.py`.
 
 Accounting (`Comm.counter`)
 ---------------------------

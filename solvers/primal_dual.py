@@ -26,8 +26,10 @@ share R_bs and dA with many rows, are ~1/500).
 
 Who does what (`mode="decentralized"`, every step node-local plus `Comm` messages):
   * the primary of shared variable i computes G_i, H_i, u_i (it receives the terms y_k a_ki,
-    y_k L_k of every row k that reads i by `Comm.reduce`, 2 floats per entry);
-  * du reaches every node holding a copy or reading it by `Comm.broadcast` (1 float);
+    y_k L_k of every row k that reads i by `Comm.reduce_product`, 2 floats per entry: each
+    host applies its own per-surrogate maps, `_term_maps`, to its rows' multipliers);
+  * du reaches every node holding a copy or reading it by `Comm.broadcast_product` (1 float),
+    whose host maps (`_row_maps`) give its rows' a_k^T du and L_k/2 |du|^2;
   * the host of row k keeps Lam_k (only its own rows: sparse duals) and updates it from
     C~_k, which it evaluates on its copies;
   * every 10 iterations the largest KKT residual is combined by a max-reduce over a spanning
@@ -164,10 +166,6 @@ class InnerSolver:
                       np.searchsorted(ent[order], np.arange(n_ent + 1)), (n_ent, K))
 
     # ---------------------------------------------------------------- messages
-    def _to_entries(self, v: np.ndarray) -> np.ndarray:
-        """Primary values -> every holder (broadcast)."""
-        return self.comm.broadcast(self.plan, v)
-
     def _term_maps(self, a: np.ndarray, LL: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
         """For one surrogate: the maps m -> (sum_k m_k a_ki, sum_k m_k L_k) per entry (a row
         host's copy of variable i; centralized: i itself), i.e. each host's sums over its own

@@ -19,6 +19,10 @@ once, ``s`` is evaluated at each of them with prefix sums, the segment holding `
 located, and ``lam`` is then obtained from one exact linear solve on that segment's active set.
 Cost is ``O(m n log n)`` for ``m`` rows of length ``n``.
 
+`WeightedBatch` is the solver's inner-loop form of the weighted projection (`project_weighted`):
+a fixed batch of rows, warm-started Newton steps on the multiplier, the sort-based method for
+the rows a step does not settle.
+
 This module depends on numpy only.
 """
 from __future__ import annotations
