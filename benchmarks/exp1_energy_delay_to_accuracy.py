@@ -2,14 +2,15 @@
 energy (kJ) and delay (s) to reach 60/70/80 % test accuracy, CE-FL vs FedNova vs FedAvg.
 
     python -m benchmarks.exp1_energy_delay_to_accuracy [--quick] [--seed 0] [--rounds 300]
-        [--pair default|constant|tau_eff|old] [--placeholder-constants] [--paper-runs-only]
+        [--pair default|constant|tau_eff|old] [--vartheta V] [--placeholder-constants]
+        [--paper-runs-only]
 
 ML constants (issue 15): measured on the run's data set by default (L, Theta, zeta1, zeta2,
 sigma: `cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds,
 cached in results/cache), the default weights renormalised for them; `--placeholder-constants`
 keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), `--pair`:
 `default` the instance's default vartheta_mode, `constant` (bound and CE-FL's aggregation use
-vartheta = 1), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before issue 15: bound
+the instance's vartheta, 1 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before issue 15: bound
 vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
 averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
 
@@ -91,12 +92,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-early-stop", action="store_true")
     ap.add_argument("--pair", choices=("default", *PAIRS), default="default",
                     help="vartheta of bound and CE-FL trainer (module docstring)")
+    ap.add_argument("--vartheta", type=float, default=None,
+                    help="the instance's constant vartheta (used where the pair is constant; "
+                         "default: the instance's, 1)")
     ap.add_argument("--placeholder-constants", action="store_true",
                     help="keep the preset's placeholder ML constants (no measurement)")
     ap.add_argument("--paper-runs-only", action="store_true",
                     help="only CE-FL, FedNova, FedAvg (skip the per-UE baseline variants)")
     ap.add_argument("--cache-dir", default="results/cache")
     args = suite.start(argv)
+    if args.vartheta is not None and not args.vartheta > 0:
+        suite.ap.error(f"--vartheta must be > 0, got {args.vartheta}")
     T = args.T or (2 if args.quick else 5)
     rounds = args.rounds or (40 if args.quick else 300)
     targets = tuple(float(x) for x in args.targets.split(","))
@@ -112,6 +118,8 @@ def main(argv=None) -> int:
         est = measured_constants(inst, data, dataset=args.dataset, model=args.model,
                                  seed=args.seed, cache_dir=args.cache_dir)
         inst = apply_estimates(inst, est)
+    if args.vartheta is not None:     # the number of vartheta_mode "constant"
+        inst = inst.copy(vartheta=args.vartheta)
     mode, cefl_vt = PAIRS.get(args.pair, (inst.vartheta_mode, None))
     if mode != inst.vartheta_mode:
         from cefl_opt.system import normalising_weights

@@ -43,3 +43,15 @@ def test_run_all_quick(tmp_path):
     s = pd.read_csv(tmp_path / "exp2_floating_aggregator_summary.csv")
     enum = s[s["method"] == "ipopt-enum"]
     assert (enum.filter(like="check_vs_") == "PASS").all(axis=None)
+
+
+def test_exp1_refuses_a_non_positive_vartheta(tmp_path):
+    """exp1's --vartheta (the constant pair's number) must be > 0: exit 2 with the value named,
+    before any work."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.exp1_energy_delay_to_accuracy",
+                           "--quick", "--pair", "constant", "--vartheta", "0",
+                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "--vartheta must be > 0, got 0.0" in proc.stderr
+    assert not any(tmp_path.iterdir())
