@@ -10,8 +10,8 @@ sigma: `cefl_opt.learning.estimation.measured_constants`, dynamic over the insta
 cached in results/cache), the default weights renormalised for them; `--placeholder-constants`
 keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), `--pair`:
 `default` the instance's default vartheta_mode, `constant` (bound and CE-FL's aggregation use
-the instance's vartheta, 1 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before issue 15: bound
-vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
+the instance's vartheta, 1 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff),
+`old` (the setting before issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
 averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
 
 CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from

@@ -66,7 +66,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["DisconnectedGraphError", "RelayPlan", "build_plan", "Comm", "LocalComm",
-           "graph_adjacency", "summer"]
+           "cached_on_plan", "graph_adjacency", "summer"]
 
 FLOAT_BYTES = 8
 
@@ -155,7 +155,7 @@ class RelayPlan:
     up_bytes: np.ndarray | None = None
     edges: set[tuple[int, int]] = field(default_factory=set)   # undirected tree edges used
     _summer: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
-    _derived: dict = field(default_factory=dict, repr=False, compare=False)   # `_cached`
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)   # `cached_on_plan`
 
     @property
     def n_rounds(self) -> int:
@@ -451,8 +451,8 @@ class LocalComm(Comm):
         self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
         out = np.empty((plan.n_quantities, len(maps)))
         for j, S in enumerate(maps):
-            out[:, j] = _cached(plan, ("product", j), S,
-                                lambda: (plan.summer() @ S).tocsr()) @ xv
+            out[:, j] = cached_on_plan(plan, ("product", j), S,
+                                       lambda: (plan.summer() @ S).tocsr()) @ xv
         return out
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
@@ -460,7 +460,7 @@ class LocalComm(Comm):
         """Same values as `Comm.broadcast_take`, with ``plan.entry_q[at]`` composed once."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
-        return rv[_cached(plan, ("take",), at, lambda: plan.entry_q[at])]
+        return rv[cached_on_plan(plan, ("take",), at, lambda: plan.entry_q[at])]
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
                           maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
@@ -471,7 +471,7 @@ class LocalComm(Comm):
         self._charge(plan.down_msgs, plan.down_bytes, rv)
         out = []
         for j, (S, p) in enumerate(zip(maps, powers)):
-            M = _cached(plan, ("at_root", j), S, lambda: _at_root(plan, S))
+            M = cached_on_plan(plan, ("at_root", j), S, lambda: _at_root(plan, S))
             out.append(M @ (rv if p == 1 else rv ** p))
         return out
 
@@ -490,8 +490,8 @@ class LocalComm(Comm):
             hit[3] += 1
 
 
-
-def _cached(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]) -> Any:
+def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
+                   ) -> Any:
     """A value derived from (plan, owner), kept on the plan in slot `key` until another owner
     comes for that slot (one entry per slot: a new surrogate's maps replace the last ones)."""
     cache = plan._derived

@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .dec_comm import Comm, RelayPlan, _cached
+from .dec_comm import Comm, RelayPlan, cached_on_plan, summer
 
 __all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_work", "partition_nodes",
            "under_mpiexec"]
@@ -207,13 +207,10 @@ class MpiComm(Comm):
     def _summers(self, plan: RelayPlan) -> list:
         """Per level: (E x local edges) and, per neighbour rank, (E x its edges) 0/1 matrices
         adding child values into their parent entries (np.add.at is slow on 2-D arrays)."""
-        def m(parents: np.ndarray) -> sp.csr_matrix:
-            n = len(parents)
-            return sp.csr_matrix((np.ones(n), (parents, np.arange(n))),
-                                 shape=(len(plan.entry_q), n))
-        return _cached(plan, ("mpi_summers", self.rank), self,
-                       lambda: [(m(pe[loc]), [m(pe[ix]) for ix in down])
-                                for pe, ce, loc, down, up in self._routes(plan)])
+        E = len(plan.entry_q)
+        return cached_on_plan(plan, ("mpi_summers", self.rank), self,
+                              lambda: [(summer(pe[loc], E), [summer(pe[ix], E) for ix in down])
+                                       for pe, ce, loc, down, up in self._routes(plan)])
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
         self.msgs[self._local] += msgs[self._local]
@@ -269,11 +266,11 @@ class MpiComm(Comm):
     def reduce_product(self, plan: RelayPlan, maps, x: np.ndarray) -> np.ndarray:
         """`Comm.reduce_product` with each map cut to this rank's entries (its nodes' own
         data: the other entries' values are never sent from here)."""
-        loc = _cached(plan, ("mpi_own",), plan,
-                      lambda: np.flatnonzero(self.is_local[plan.entry_node]))
+        loc = cached_on_plan(plan, ("mpi_own",), plan,
+                             lambda: np.flatnonzero(self.is_local[plan.entry_node]))
         ent = np.zeros((len(plan.entry_q), len(maps)))
         for j, S in enumerate(maps):
-            ent[loc, j] = _cached(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
+            ent[loc, j] = cached_on_plan(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
         return self.reduce(plan, ent)
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
@@ -281,11 +278,11 @@ class MpiComm(Comm):
         """`Comm.broadcast_product` computed for the rows that read only this rank's entries
         (NaN at the others, as the full product would give)."""
         e = self.broadcast(plan, root_values)
-        own = self.is_local[plan.entry_node].astype(float)
         out = []
         for j, (S, p) in enumerate(zip(maps, powers)):
-            rows, Sl, other = _cached(plan, ("mpi_cols", j), S,
-                                      lambda: _own_rows(S, own))
+            rows, Sl, other = cached_on_plan(
+                plan, ("mpi_cols", j), S,
+                lambda: _own_rows(S, self.is_local[plan.entry_node].astype(float)))
             r = np.zeros(S.shape[0])
             r[other] = np.nan
             r[rows] = Sl @ (e if p == 1 else e ** p)

@@ -244,7 +244,7 @@ class NodeProvider:
         self._grec = (np.flatnonzero(self._w_pos >= 0), gp, gm)
         self._mrange = (start, end)
         self._dplan = None          # `_diag_plan`, built on the first Hessian diagonal
-        self._at = None             # (x, levels' Jacobian data, M data) of the last evaluation
+        self._at = None             # (x, M data) of the last evaluation of the lifts
 
     def _diag_plan(self) -> list:
         """Fixed structure of diag(P^T H P) for the outer NLP and each level: P's entries
@@ -267,16 +267,13 @@ class NodeProvider:
             ptr = np.searchsorted(prow, np.arange(nlp.n_primals() + 1))
             H = nlp.evaluate_hessian_lag()
             hr, hc = np.asarray(H.row, np.int64), np.asarray(H.col, np.int64)
-            cnt = ptr[hr + 1] - ptr[hr]                       # P entries of each row r
-            e = np.repeat(np.arange(len(hr)), cnt)
-            a = np.repeat(ptr[hr], cnt) + (np.arange(int(cnt.sum())) - np.repeat(
-                np.cumsum(cnt) - cnt, cnt))
+            e, a = self._pairs(np.arange(len(hr)), hr, ptr[:-1], ptr[1:])   # P entries of row r
             key = prow * nv + pcol
             want = hc[e] * nv + pcol[a]                        # the same column in row c
             b = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
             hit = key[b] == want if len(key) else np.zeros(len(want), bool)
             J = nlp.evaluate_jacobian() if nlp.n_constraints() else None
-            plan.append({"psrc": psrc, "e": e[hit], "a": a[hit], "b": b[hit],
+            plan.append({"nlp": nlp, "psrc": psrc, "e": e[hit], "a": a[hit], "b": b[hit],
                          "j": pcol[a[hit]], "H": H, "J": J})
         return plan
 
@@ -358,22 +355,21 @@ class NodeProvider:
         nv = len(self.variables)
 
         def quad_diag(pl) -> np.ndarray:    # diag(P^T H P) over the plan's triples
-            hd = nlp_of[id(pl)].evaluate_hessian_lag(out=pl["H"]).data
+            hd = pl["nlp"].evaluate_hessian_lag(out=pl["H"]).data
             pd = np.where(pl["psrc"] >= 0, md[pl["psrc"]], 1.0)
             return np.bincount(pl["j"], weights=hd[pl["e"]] * pd[pl["a"]] * pd[pl["b"]],
                                minlength=nv)
 
-        def jac_t(pl, nlp_, y) -> np.ndarray:   # J^T y
-            J = nlp_.evaluate_jacobian(out=pl["J"])
-            return np.bincount(J.col, weights=J.data * y[J.row], minlength=nlp_.n_primals())
+        def jac_t(pl, y) -> np.ndarray:   # J^T y
+            J = pl["nlp"].evaluate_jacobian(out=pl["J"])
+            return np.bincount(J.col, weights=J.data * y[J.row],
+                               minlength=pl["nlp"].n_primals())
         outer, lv_plans = self._dplan[0], self._dplan[1:]
-        nlp_of = {id(outer): nlp}
-        nlp_of.update({id(pl): lv.nlp for pl, lv in zip(lv_plans, self.levels)})
         lam = np.asarray(nlp.evaluate_grad_objective(), float)
         if nlp.n_constraints():
             duals = y_local * self.sign
             nlp.set_duals(duals)
-            lam = lam + jac_t(outer, nlp, duals)
+            lam = lam + jac_t(outer, duals)
         d = quad_diag(outer)
         acc = np.zeros(self.n_lifts)
         on = self._aux_pos >= 0
@@ -383,7 +379,7 @@ class NodeProvider:
             lam_l = acc[lv.out]
             lv.nlp.set_duals(lam_l)
             d += quad_diag(pl)
-            push = jac_t(pl, lv.nlp, lam_l)
+            push = jac_t(pl, lam_l)
             on = lv.aux_pos >= 0
             np.add.at(acc, lv.aux_pos[on], push[on])
         return d
@@ -459,7 +455,7 @@ class DecStructure:
     build_s: float = 0.0
     epi_level: Any = None           # (n,) int: level in models.EPIGRAPH_LEVELS, -1: none
     epi_dir: Any = None             # (n,) +1 / -1: the direction that satisfies its rows
-    _pad: Any = None
+    _batches: Any = None
     _orig: Any = None
     _local: Any = None              # (n,) bool: shared variables this process steps (None: all)
 
@@ -483,16 +479,9 @@ class DecStructure:
         every group's primary projects its own rows (here all rows of one width in one batch,
         `projections.WeightedBatch`, warm-started per metric)."""
         out = np.minimum(np.maximum(v, self.lo), self.hi)
-        if not self._pad:
-            return out
-        vb = np.append(v, 0.0)                      # padding entries read index n
-        wb = None if w is None else np.append(w, 1.0)
-        for pad in self._pad:
-            if wb is None:
-                Y = pad["unit"](vb[pad["idx"]], pad["ones"])
-            else:
-                Y = pad["batch"](vb[pad["idx"]], wb[pad["idx"]])
-            out[pad["dst"]] = Y.ravel()[pad["src"]]
+        for b in self._batches:
+            idx = b["idx"]
+            out[idx] = b["unit"](v[idx], b["ones"]) if w is None else b["batch"](v[idx], w[idx])
         return out
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -502,23 +491,22 @@ class DecStructure:
         self.lo, self.hi = lo, hi
         for g in self.groups:
             g.lo, g.hi = lo[g.idx], hi[g.idx]
-        self._build_pad()
+        self._build_batches()
 
     def set_local(self, owned: np.ndarray | None) -> None:
         """Restrict `project`'s groups to the shared variables this process is the primary of
         (MPI backend: the other entries are not this process's and are left clipped only)."""
         self._local = None if owned is None else np.asarray(owned, dtype=bool)
-        self._build_pad()
+        self._build_batches()
 
     def reset_bounds(self) -> None:
         if self._orig is not None:
             lo, hi = self._orig
             self.set_bounds(lo.copy(), hi.copy())
 
-    def _build_pad(self) -> None:
-        """The projection groups as batches, one per row width (padding: index n, bounds
-        [0, 0]; groups of one width need none)."""
-        self._pad = []
+    def _build_batches(self) -> None:
+        """The projection groups as batches, one per row width."""
+        self._batches = []
         for width in sorted({g.idx.shape[1] for g in self.groups}):
             gs = [g for g in self.groups if g.idx.shape[1] == width]
             idx = np.concatenate([g.idx for g in gs])
@@ -529,15 +517,10 @@ class DecStructure:
             if self._local is not None:   # a group's variables share one primary
                 keep = self._local[idx[:, 0]]
                 idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
-            if not len(idx):
-                continue
-            real = idx < self.n
-            self._pad.append({
-                "idx": idx, "src": np.flatnonzero(real.ravel()), "dst": idx[real],
-                "ones": np.ones(idx.shape),
-                # one warm-started batch per metric (the weighted steps, the plain one)
-                "batch": P.WeightedBatch(lo, hi, tot, eq),
-                "unit": P.WeightedBatch(lo, hi, tot, eq)})
+            if len(idx):   # one warm-started batch per metric (the weighted steps, the plain one)
+                self._batches.append({"idx": idx, "ones": np.ones(idx.shape),
+                                      "batch": P.WeightedBatch(lo, hi, tot, eq),
+                                      "unit": P.WeightedBatch(lo, hi, tot, eq)})
 
     def A(self, lin: Linearisation) -> sp.csr_matrix:
         return sp.csr_matrix((lin.a, self.jac_cols, self.jac_indptr), shape=(self.n_rows, self.n))
@@ -763,7 +746,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
         node_jac=node_jac, row_ptr=row_ptr, x0=x0, group_counts=counts, n_copies=nv)
     st.idx = _shared_indices(m, comp_of_var)
     st.epi_level, st.epi_dir = _epigraphs([variables[r] for r in roots])
-    st._build_pad()
+    st._build_batches()
     st.build_s = time.perf_counter() - t0
     return st
 
