@@ -9,9 +9,10 @@ ML constants (issue 15): measured on the run's data set by default (L, Theta, ze
 sigma: `cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds,
 cached in results/cache), the default weights renormalised for them; `--placeholder-constants`
 keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), `--pair`:
-`default` the instance's default vartheta_mode, `constant` (bound and CE-FL's aggregation use
-the instance's vartheta, 1 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff),
-`old` (the setting before issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
+`default` the instance's default (vartheta_mode "constant", vartheta 3: chosen by this
+measurement, README), `constant` (bound and CE-FL's aggregation use the instance's vartheta, 3
+unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before
+issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
 averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
 
 CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from
@@ -49,8 +50,10 @@ RUNS = [("CE-FL", "cefl", True), ("FedNova", "fednova", True), ("FedAvg", "fedav
         ("FedNova(own)", "fednova", False), ("FedAvg(own)", "fedavg", False)]
 
 
-PAIRS = {  # --pair -> (instance vartheta_mode, CE-FL trainer's vartheta: None = the instance's)
-    "constant": ("constant", None), "tau_eff": ("tau_eff", None), "old": ("constant", "tau_eff")}
+PAIRS = {  # --pair -> (instance vartheta_mode, its number (None: the instance's or --vartheta),
+    #             CE-FL trainer's vartheta (None: the instance's))
+    "constant": ("constant", None, None), "tau_eff": ("tau_eff", None, None),
+    "old": ("constant", 1.0, "tau_eff")}
 
 
 def train(inst, sol, data, label, method, average, *, rounds, seed, targets, model, early_stop,
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
                     help="vartheta of bound and CE-FL trainer (module docstring)")
     ap.add_argument("--vartheta", type=float, default=None,
                     help="the instance's constant vartheta (used where the pair is constant; "
-                         "default: the instance's, 1)")
+                         "default: the instance's, 3)")
     ap.add_argument("--placeholder-constants", action="store_true",
                     help="keep the preset's placeholder ML constants (no measurement)")
     ap.add_argument("--paper-runs-only", action="store_true",
@@ -118,12 +121,11 @@ def main(argv=None) -> int:
         est = measured_constants(inst, data, dataset=args.dataset, model=args.model,
                                  seed=args.seed, cache_dir=args.cache_dir)
         inst = apply_estimates(inst, est)
-    if args.vartheta is not None:     # the number of vartheta_mode "constant"
-        inst = inst.copy(vartheta=args.vartheta)
-    mode, cefl_vt = PAIRS.get(args.pair, (inst.vartheta_mode, None))
-    if mode != inst.vartheta_mode:
+    mode, number, cefl_vt = PAIRS.get(args.pair, (inst.vartheta_mode, None, None))
+    number = number or args.vartheta or inst.vartheta     # the number of mode "constant"
+    if (mode, number) != (inst.vartheta_mode, inst.vartheta):   # weights renormalised for it
         from cefl_opt.system import normalising_weights
-        inst = inst.copy(vartheta_mode=mode)
+        inst = inst.copy(vartheta_mode=mode, vartheta=number)
         inst = inst.copy(**normalising_weights(inst))
     constants = ("placeholder" if args.placeholder_constants else "measured")
     print(f"{NAME}: instance {inst.name}; {constants} constants L {inst.L:.4g} zeta1 "

@@ -20,7 +20,7 @@ Every default number, with where it comes from (SI units):
 | `beta_D, beta_M` | 6272 bit, 4e7 bit | SPEC §1 (the paper's table swaps them) |
 | `Dbar` | N(2000, sqrt(200)) x sub-network concentration | paper §VI (variance 200); concentration c=0.3 moves to the next sub-network each round |
 | ML `eta, mu, Delta` | 0.001, 0.01, 0.3 | paper table |
-| ML `vartheta_mode`, `vartheta` | instance default mode; 1.0 | SPEC §3: one vartheta for bound and trainer, `tau_eff` (FedNova's, a function of gamma) or the number `vartheta` (mode `constant`; the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training) |
+| ML `vartheta_mode`, `vartheta` | `Instance`'s defaults: constant, 3 | SPEC §3: one vartheta for bound and trainer, the number `vartheta` (mode `constant`) or `tau_eff` (FedNova's, a function of gamma); the default pair was chosen by measuring exp1 (README); the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training |
 | ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate --apply` and `cefl-opt run` put measured values in |
 | `F0 - F*` | 2.3 | ln(10): cross-entropy of an untrained 10-class model, F* >= 0 |
 | `gamma` | [1, 20] | local SGD iterations |
@@ -161,7 +161,6 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
         f_min=np.full(N, 1e5), f_max=np.full(N, 2.3e9), M=np.full(S, 700.0),
         C=np.full(S, 5e6), Pbar=np.full(S, 200.0), Theta=np.ones(N + S), sigma=np.ones(N + S),
         Delta=np.full((T, N + S), 0.3), xi3_parts=np.ones(6), beta_D=beta_D, beta_M=4e7,
-        vartheta=1.0,
         dc_names=[DC_NAMES[s] if s < len(DC_NAMES) else f"DC-{s}" for s in range(S)],
         ue_subnet=ue_sub.tolist(), bs_subnet=bs_sub.tolist(), dc_subnet=dc_sub.tolist(),
         ue_labels=labels,

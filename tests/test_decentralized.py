@@ -355,8 +355,8 @@ def test_converges_with_both_vartheta_modes(mode):
 
 def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
     """binary_patience = P: the relaxed phase stops ("binary") after P accepted iterations in a
-    row with every indicator binary and the rows held, and not before; 0: only on
-    convergence. Either way the finishing phase converges to a feasible binary point."""
+    row with the forcing penalty on (rho > 0), every indicator binary and the rows held, and not
+    before; 0: only on convergence. Either way the finishing phase converges to a feasible binary point."""
     for patience in (0, 2):
         sol, info = solve_decentralized(tiny, constants={"binary_patience": patience})
         relaxed = [r for r in info["trace"] if r["phase"] == "relaxed"]
@@ -367,6 +367,8 @@ def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
         assert info["stop_reason_relaxed"] == "binary"
         accepted = [r for r in relaxed if not r["rejected"]]   # rejected steps leave u as is
         tail = accepted[-patience:]
-        assert all(r["forcing_violation"] <= 1e-9 and r["max_violation"] <= 1e-6 for r in tail)
+        assert all(r["rho"] > 0 and r["forcing_violation"] <= 1e-9 and r["max_violation"] <= 1e-6
+                   for r in tail)
         before = accepted[-patience - 1]
-        assert before["forcing_violation"] > 1e-9 or before["max_violation"] > 1e-6
+        assert before["rho"] == 0 or before["forcing_violation"] > 1e-9 \
+            or before["max_violation"] > 1e-6

@@ -222,13 +222,16 @@ def test_instance_copy_and_validate():
 
 
 def test_vartheta_mode_field(tmp_path, tiny_hand):
-    """vartheta_mode (issue 15): 'tau_eff' by default, round-trips, and a bad value is one clear
-    error naming the field and the value; files written before the field load with the default."""
+    """vartheta_mode (issue 15): 'constant' with vartheta 3 by default (in generated networks
+    too), round-trips, and a bad value is one clear error naming the field and the value; files
+    written before the field load with the default mode (and keep their own number)."""
     inst, _ = tiny_hand
-    assert inst.vartheta_mode == "tau_eff"
-    c = inst.copy(vartheta_mode="constant")
+    assert inst.vartheta_mode == "constant"
+    gen = make_instance("tiny", seed=0)
+    assert (gen.vartheta_mode, gen.vartheta) == ("constant", 3.0)
+    c = inst.copy(vartheta_mode="tau_eff")
     c.save(tmp_path / "c.json")
-    assert Instance.load(tmp_path / "c.json").vartheta_mode == "constant"
+    assert Instance.load(tmp_path / "c.json").vartheta_mode == "tau_eff"
     d = inst.to_dict()
     d.pop("vartheta_mode")
     with pytest.raises(InstanceError, match=r"field 'vartheta_mode' is missing"):

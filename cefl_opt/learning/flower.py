@@ -344,7 +344,7 @@ def _shutdown_ray() -> None:
 
 def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, method: str = "cefl",
                    model: str = "mlp", lr: float = DEFAULT_LR, mu: float | None = None,
-                   seed: int = 0, targets=(0.6, 0.7, 0.8), vartheta="tau_eff",
+                   seed: int = 0, targets=(0.6, 0.7, 0.8), vartheta=None,
                    aggregator: int = 0, average: bool = True, cost_fn=None,
                    test_max: int | None = None, cpus: int = 2, client_cpus: float = 1.0,
                    threads: int = 1, round_timeout: float = DEFAULT_ROUND_TIMEOUT,

@@ -267,7 +267,7 @@ class TrainResult:
 
 def build_trainer(instance: Instance, solution: Solution, data, *, method: str = "cefl",
                   model: str = "mlp", lr: float = DEFAULT_LR, mu: float | None = None,
-                  seed: int = 0, vartheta="tau_eff", aggregator: int = 0, average: bool = True,
+                  seed: int = 0, vartheta=None, aggregator: int = 0, average: bool = True,
                   cost_fn: CostFn | None = None, test_max: int | None = None) -> Trainer:
     """The strategy and trainer of one run (shared by the local and the Flower engine)."""
     strat = make_strategy(method, instance, solution, vartheta=vartheta, aggregator=aggregator,
