@@ -9,7 +9,7 @@ from cefl_opt.learning.models import (CNN, MLP, forward_flops, make_model,
                                       train_flops_per_sample)
 from cefl_opt.learning.strategies import CEFL, FedAvg, FedNova, Strategy, make_strategy
 from cefl_opt.learning.toy import toy_instance, toy_round_costs, toy_solution
-from cefl_opt.learning.trainer import Trainer, run_training, targets_table
+from cefl_opt.learning.trainer import Trainer, build_trainer, run_training, targets_table
 
 # One thread: with small batches two OpenMP threads mostly synchronise, and when the other
 # core is busy (parallel jobs) they were 10-50x slower here (MNIST-5k test: 0.4 s vs 7-23 s).
@@ -231,3 +231,7 @@ def test_trainer_uses_the_instances_vartheta(digits):
     assert CEFL(c, sol).vartheta == 0.7
     assert FedNova(c, sol).vartheta == "tau_eff"          # the baseline keeps its definition
     assert CEFL(c, sol, vartheta="tau_eff").vartheta == "tau_eff"           # explicit override
+    # the one builder of the local and the Flower engine reads the instance too (it used to
+    # default to tau_eff whatever the instance said)
+    assert build_trainer(c, sol, digits).strategy.vartheta == 0.7
+    assert build_trainer(c, sol, digits, method="fednova").strategy.vartheta == "tau_eff"
