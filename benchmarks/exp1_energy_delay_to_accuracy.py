@@ -12,8 +12,8 @@ keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), 
 `default` the instance's default (vartheta_mode "constant", vartheta 3: chosen by this
 measurement, README), `constant` (bound and CE-FL's aggregation use the instance's vartheta, 3
 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before
-issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff, FedAvg by
-averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
+issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with
+tau_eff, FedAvg by averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
 
 CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from
 ``ipopt-enum`` (``--cefl-method`` overrides; the one used is printed and written to the CSV).

@@ -485,7 +485,8 @@ class DecStructure:
         return out
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Replace the bounds in u (e.g. indicators fixed); groups and the projection batches follow."""
+        """Replace the bounds in u (e.g. indicators fixed); groups and the projection batches
+        follow."""
         if self._orig is None:
             self._orig = (self.lo.copy(), self.hi.copy())
         self.lo, self.hi = lo, hi

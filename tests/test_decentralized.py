@@ -356,7 +356,8 @@ def test_converges_with_both_vartheta_modes(mode):
 def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
     """binary_patience = P: the relaxed phase stops ("binary") after P accepted iterations in a
     row with the forcing penalty on (rho > 0), every indicator binary and the rows held, and not
-    before; 0: only on convergence. Either way the finishing phase converges to a feasible binary point."""
+    before; 0: only on convergence. Either way the finishing phase converges to a feasible
+    binary point."""
     for patience in (0, 2):
         sol, info = solve_decentralized(tiny, constants={"binary_patience": patience})
         relaxed = [r for r in info["trace"] if r["phase"] == "relaxed"]
