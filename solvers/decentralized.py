@@ -313,7 +313,10 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                                                                 ipopt_options=ipopt_options)
         reason2, rec2 = reason1, []
     else:
+        if k.live_only:   # each host drops its rows' entries that the fixed indicators kill
+            inner.set_active(st.live_entries(u_r, ops.nodes if dec else range(st.n_nodes)))
         u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)
+        inner.set_active(None)
         info.update(stop_reason_finishing=reason2, outer_iterations_finishing=len(rec2),
                     finishing_s=time.perf_counter() - t1)
         if spread:

@@ -223,7 +223,7 @@ class ScipOptions(MethodOptions):
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max", "restore", "prox_min", "binary_patience")
+                      "L_max", "restore", "prox_min", "binary_patience", "live_only")
 _PRESET = "the preset's"
 
 
@@ -300,6 +300,9 @@ class DecentralizedOptions(MethodOptions):
                                          "(and the rows held) after which the relaxed phase "
                                          "hands over to the finishing phase (0: only on "
                                          "convergence)", check=at_least(0), **_preset())
+    live_only: bool | None = option(None, "finishing phase: the surrogates keep only the Jacobian "
+                                    "entries that can be nonzero with the indicators fixed",
+                                    **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

@@ -70,7 +70,9 @@ class PDConstants:
     floor of the per-variable factor on lambda1 (`sca._adapt_prox`; 1 turns it off).
     binary_patience: the relaxed phase stops ("binary") once every indicator has been binary
     and the rows held for this many consecutive outer iterations (the binaries are then
-    decided; the finishing phase optimises the rest with them fixed); 0: only on convergence."""
+    decided; the finishing phase optimises the rest with them fixed); 0: only on convergence.
+    live_only: in the finishing phase, the surrogates' rows keep only the Jacobian entries that
+    can be nonzero with the indicators fixed (`sca.DecStructure.live_entries`)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -94,6 +96,7 @@ class PDConstants:
     restore: bool = True
     prox_min: float = 1e-3
     binary_patience: int = 10
+    live_only: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,15 +158,31 @@ class InnerSolver:
             self.E = len(pl.entry_q)
             # this process's entry of the spanning tree (any node it holds: all equal)
             self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
-        self._S_rows = summer(self.rows, K)
-        self._S_cols = summer(self.jent, self.E) if mode == "decentralized" \
-            else summer(self.cols, st.n)
-        # pattern of the per-surrogate maps row multiplier -> entry term (`_term_maps`)
-        ent = self.jent if mode == "decentralized" else self.cols
-        order = np.lexsort((self.rows, ent))
-        n_ent = self.E if mode == "decentralized" else st.n
-        self._tpat = (order, self.rows[order],
-                      np.searchsorted(ent[order], np.arange(n_ent + 1)), (n_ent, K))
+        self.set_active(None)
+
+    def set_active(self, live: np.ndarray | None) -> None:
+        """Build the surrogates' maps over the live Jacobian entries only (`live`: (nnz,)
+        bool from `DecStructure.live_entries`, or None: all). A dead entry's variable is fixed
+        or the row does not depend on it under the current bounds, so it drops out of a_k and
+        of S_k (the row's prox term) alike: the same surrogate rows, fewer products."""
+        st = self.st
+        full = self.jent if self.mode == "decentralized" else self.cols
+        n_ent = self.E if self.mode == "decentralized" else st.n
+        K = st.n_rows
+        self.live = None if live is None else np.asarray(live, dtype=bool)
+        self._sel = None if live is None else np.flatnonzero(self.live)
+        rows = self.rows if live is None else self.rows[self._sel]
+        ent = full if live is None else full[self._sel]
+        self._arows, self._aent = rows, ent
+        self._aindptr = np.searchsorted(rows, np.arange(K + 1)).astype(np.int64)
+        self._S_cols = summer(ent, n_ent)
+        order = np.lexsort((rows, ent))   # pattern of the maps multiplier -> entry term
+        self._tpat = (order, rows[order], np.searchsorted(ent[order], np.arange(n_ent + 1)),
+                      (n_ent, K))
+
+    def _live(self, a: np.ndarray) -> np.ndarray:
+        """Per-nonzero values (all of the Jacobian's) at the live entries."""
+        return a if self._sel is None else a[self._sel]
 
     # ---------------------------------------------------------------- messages
     def _term_maps(self, a: np.ndarray, LL: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -230,11 +249,10 @@ class InnerSolver:
         """For one surrogate: each host's maps from its copies d of du to its rows' terms
         a_k^T d and L_k/2 |d_{S_k}|^2 (the latter applied to d^2); columns are the hosts'
         entries (centralized: the shared variables)."""
-        cols = self.jent if self.mode == "decentralized" else self.cols
+        cols, ptr = self._aent, self._aindptr
         shape = (self.st.n_rows, self.E if self.mode == "decentralized" else self.st.n)
-        ptr = self.st.jac_indptr
         return (sp.csr_matrix((a, cols, ptr), shape=shape),
-                sp.csr_matrix((0.5 * L[self.rows], cols, ptr), shape=shape))
+                sp.csr_matrix((0.5 * L[self._arows], cols, ptr), shape=shape))
 
     def _row_values(self, c: np.ndarray, maps: tuple, du: np.ndarray) -> np.ndarray:
         """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
@@ -247,11 +265,12 @@ class InnerSolver:
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
         """sigma_k = rel / D_k over the rows in `free` (0 elsewhere)."""
-        absa = np.abs(lin.a) * free[self.rows]
+        rows = self._arows
+        absa = np.abs(self._live(lin.a)) * free[rows]
         colsum = self._gather_cols(absa)
         w = colsum / q
-        wn = self._nonzero_view(w)
-        D = np.bincount(self.rows, weights=absa * wn, minlength=self.st.n_rows)
+        wn = self._live(self._nonzero_view(w))
+        D = np.bincount(rows, weights=absa * wn, minlength=self.st.n_rows)
         return np.where(free & (D > 0), self.k.rel / np.maximum(D, 1e-300), 0.0)
 
     def solve(self, lin: Linearisation, q: np.ndarray, L: np.ndarray, free: np.ndarray,
@@ -269,8 +288,9 @@ class InnerSolver:
         t = 1.0
         res = np.inf
         it = 0
-        maps = self._term_maps(lin.a, L[self.rows])
-        rmaps = self._row_maps(lin.a, L)
+        a = self._live(lin.a)
+        maps = self._term_maps(a, L[self._arows])
+        rmaps = self._row_maps(a, L)
         for it in range(1, k.inner_iters + 1):
             GH = self._row_terms(maps, np.where(free, y, fixed))
             H = q + GH[:, 1]
@@ -299,17 +319,18 @@ class InnerSolver:
         tau_i = 1/sum_k |a_ki|, sigma_k = 1/sum_i |a_ki| (each from the node's own data)."""
         st, k = self.st, self.k
         ul = lin.u
-        absa = np.abs(lin.a) * free[self.rows]
+        a = self._live(lin.a)
+        absa = np.abs(a) * free[self._arows]
         colsum = self._gather_cols(absa)
         tau_inv = np.maximum(colsum, 1e-12) * k.rel
-        rowsum = np.bincount(self.rows, weights=absa, minlength=st.n_rows)
+        rowsum = np.bincount(self._arows, weights=absa, minlength=st.n_rows)
         sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
         y = np.where(free, self.lam, 0.0)
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
         du = st.project(ul + du) - ul
-        maps = self._term_maps(lin.a, L[self.rows])
-        rmaps = self._row_maps(lin.a, L)
+        maps = self._term_maps(a, L[self._arows])
+        rmaps = self._row_maps(a, L)
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):

@@ -97,6 +97,54 @@ def test_node_providers_reproduce_the_block_model(preset):
         assert lin.g[j] == pytest.approx((fu - fd) / (2 * h), rel=1e-5, abs=1e-7)
 
 
+def test_live_entries_are_the_rows_dependencies_with_the_indicators_fixed(small1):
+    """`live_entries` after the rounding: every dead entry's row is unchanged (exactly) when its
+    variable moves, at random points of the box (the Pyomo rows evaluated directly, not the
+    derivatives the method used); fixed variables are dead; almost every live entry moves its
+    row; and some movable entries are dead (an association fixed at 0 removes a rate)."""
+    from cefl_opt.solvers.decentralized import _fix_indicators
+    st = build_structure(small1)
+    try:
+        u = _fix_indicators(st, st.u0)
+        live = st.live_entries(u, range(st.n_nodes), seed=0)
+        movable = (st.hi > st.lo)[st.jac_cols]
+        assert not live[~movable].any()
+        dead = np.flatnonzero(~live & movable)
+        assert len(dead) >= 10
+        m = st.model
+        copies = [[] for _ in range(st.n)]
+        for pv in st.providers:
+            for v, j in zip(pv.variables, pv.comp):
+                copies[j].append(v)
+        rng = np.random.default_rng(11)
+        lo = np.where(np.isfinite(st.lo), st.lo, 0.0)
+        hi = np.where(np.isfinite(st.hi), st.hi, lo + 2.0)
+
+        def moves(e, up):
+            c = m.find_component(st.row_names[st.jac_rows[e]])
+            j = st.jac_cols[e]
+            before = pyo.value(c.body)
+            x_new = (up[j] + 0.37 * (hi[j] - lo[j]) * (1 if up[j] < 0.5 * (lo[j] + hi[j]) else -1)
+                     ) * st.scale[j]
+            old = [v.value for v in copies[j]]
+            for v in copies[j]:
+                v.set_value(float(x_new), skip_validation=True)
+            after = pyo.value(c.body)
+            for v, val in zip(copies[j], old):
+                v.set_value(val, skip_validation=True)
+            return after != before
+
+        live_ix = np.flatnonzero(live)
+        for _ in range(2):
+            up = np.clip(lo + rng.uniform(0.05, 0.95, st.n) * (hi - lo), st.lo, st.hi)
+            _set_model(st, up)
+            assert not any(moves(e, up) for e in rng.choice(dead, min(300, len(dead)), False))
+            sample = rng.choice(live_ix, 300, replace=False)
+            assert np.mean([moves(e, up) for e in sample]) > 0.95
+    finally:
+        st.reset_bounds()
+
+
 def _unlifted_structure(inst, bound, monkeypatch):
     """The same structure with every sum left inside its functions (no lifted sums)."""
     import cefl_opt.models.problem as problem
