@@ -21,6 +21,7 @@ class TerminationCondition(str, enum.Enum):
     locallyOptimal = "locally_optimal"                 # a local method converged (no global claim)
     maxTimeLimit = "time_limit"
     iterationLimit = "iteration_limit"
+    stalled = "stalled"                                # a local method's objective stopped falling
     provenInfeasible = "infeasible"
     locallyInfeasible = "locally_infeasible"
     error = "error"

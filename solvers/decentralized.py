@@ -327,7 +327,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                 info.update(rank=comm.rank, wall_s=time.perf_counter() - t_start)
                 return None, info
         final = clip_to_bounds(st.to_solution(u2, method=method, status="converged"
-                                              if reason2 == "converged" else "iteration_limit"),
+                                              if reason2 == "converged" else "stalled"
+                                              if reason2 == "stalled" else "iteration_limit"),
                                inst, bound)
     st.reset_bounds()
     if spread:
@@ -392,8 +393,9 @@ def run_method(inst: Instance, opts, name: str):
         return Results(method=name, termination_condition=TerminationCondition.unknown,
                        solution_status=SolutionStatus.noSolution, solution=None,
                        objective=None, wall_s=info["wall_s"], iterations=0, info=info)
-    tc = (TerminationCondition.locallyOptimal if info["stop_reason"] == "converged"
-          else TerminationCondition.iterationLimit)
+    tc = {"converged": TerminationCondition.locallyOptimal,
+          "stalled": TerminationCondition.stalled}.get(info["stop_reason"],
+                                                       TerminationCondition.iterationLimit)
     return Results(method=name, termination_condition=tc,
                    solution_status=SolutionStatus.feasible if info["feasible"]
                    else SolutionStatus.infeasible,

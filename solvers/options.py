@@ -223,7 +223,8 @@ class ScipOptions(MethodOptions):
 PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max", "restore", "prox_min", "binary_patience", "live_only")
+                      "L_max", "restore", "prox_min", "binary_patience", "live_only",
+                      "descent", "stall_tol", "stall_window")
 _PRESET = "the preset's"
 
 
@@ -303,6 +304,14 @@ class DecentralizedOptions(MethodOptions):
     live_only: bool | None = option(None, "finishing phase: the surrogates keep only the Jacobian "
                                     "entries that can be nonzero with the indicators fixed",
                                     **_preset())
+    descent: bool | None = option(None, "finishing phase: reject a step that raises the "
+                                  "objective (the outer step zeta is halved)", **_preset())
+    stall_tol: float | None = option(None, "finishing phase: stop ('stalled') when the objective "
+                                     "fell by at most this (relative) over the last "
+                                     "stall_window accepted outer iterations (0: off)",
+                                     check=at_least(0), **_preset())
+    stall_window: int | None = option(None, "outer iterations of the stall test",
+                                      check=at_least(1), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

@@ -72,7 +72,10 @@ class PDConstants:
     and the rows held for this many consecutive outer iterations (the binaries are then
     decided; the finishing phase optimises the rest with them fixed); 0: only on convergence.
     live_only: in the finishing phase, the surrogates' rows keep only the Jacobian entries that
-    can be nonzero with the indicators fixed (`sca.DecStructure.live_entries`)."""
+    can be nonzero with the indicators fixed (`sca.DecStructure.live_entries`).
+    descent: in the finishing phase, a step that raises J is rejected (zeta halved).
+    stall_tol, stall_window: the finishing phase stops ("stalled") when J fell by at most
+    stall_tol x max(1, |J|) over the last stall_window accepted outer iterations (0: off)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -97,6 +100,9 @@ class PDConstants:
     prox_min: float = 1e-3
     binary_patience: int = 10
     live_only: bool = True
+    descent: bool = True
+    stall_tol: float = 1e-4
+    stall_window: int = 10
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -911,13 +911,18 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     accepted step); after six halvings the short step is taken (L_k may be at its cap, and a
     surrogate that keeps missing would otherwise repeat the same rejected step forever: seen on
     the paper network with T = 5).
+    In phase "fixed" (`k.descent`) a step that raises J is rejected the same way (the
+    surrogates majorise J, so only an inexact inner solution raises it; unchecked, such steps
+    were seen to cycle with period 2 at 1,000 UEs).
     Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol or the gradient mapping
     max_i q_i |u_hat_i - u^l_i| <= stat_tol (the prox-gradient stationarity measure: a slow drift
     along a nearly flat direction stops), scaled violation <= viol_tol and (phase relaxed) every
     indicator binary; "binary" (phase relaxed) when every indicator has been binary and the
     violation <= viol_tol for `binary_patience` accepted iterations in a row (a rejected step
-    in between neither counts nor breaks the run: it leaves u unchanged); else
-    "max_outer". global_max(per-row values) -> float:
+    in between neither counts nor breaks the run: it leaves u unchanged); "stalled" (phase
+    fixed, `stall_tol` > 0) when J at the accepted points fell by at most stall_tol x max(1, |J|)
+    over the last `stall_window` of them with the violation <= viol_tol (no stationarity
+    claim: the inexact inner solves leave a floor under the step tests); else "max_outer". global_max(per-row values) -> float:
     the max over all hosts (a message-passing max in the decentralised method).
     distributed: None (this process holds every shared variable and row), or, when the nodes
     are spread over processes (MPI backend), an object with `local_rows` ((K,) bool: rows this
@@ -952,6 +957,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     tol_in = 1e-4
     fnorm = st.row_norm[force]
     settled = 0                  # consecutive accepted iterations with binaries and rows held
+    f_acc = [lin.f]              # J at the accepted points (the stall test)
     for it in range(max_outer):
         forcing_on = phase == "relaxed" and it >= k.force_after
         if forcing_on:   # grows while an indicator is fractional, capped at rho_max
@@ -997,6 +1003,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         viol_next = gmax(np.where(free, np.maximum(lin_next.c, 0.0), 0.0))
         viol_now = gmax(np.where(free, np.maximum(lin.c, 0.0), 0.0))
         rejected = bool(raised) and viol_next > max(k.viol_tol, viol_now)
+        if phase == "fixed" and k.descent and viol_next <= k.viol_tol \
+                and lin_next.f > lin.f + 1e-12 * max(1.0, abs(lin.f)):
+            rejected = True      # J rose: an inexact surrogate solution; a shorter step
         if rejected and zeta_eff <= k.zeta / 64.0:   # backtracked enough: take the short step
             rejected = False
         zeta_eff = zeta_eff / 2.0 if rejected else min(k.zeta, 2.0 * zeta_eff)
@@ -1022,6 +1031,12 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             if (step <= k.outer_tol or stat <= k.stat_tol) and viol_next <= k.viol_tol \
                     and binary_ok:
                 reason = "converged"
+                break
+            f_acc.append(lin.f)
+            if phase == "fixed" and k.stall_tol > 0 and len(f_acc) > k.stall_window \
+                    and viol_next <= k.viol_tol and f_acc[-1 - k.stall_window] - f_acc[-1] \
+                    <= k.stall_tol * max(1.0, abs(f_acc[-1])):
+                reason = "stalled"
                 break
             settled = settled + 1 if (phase == "relaxed" and binary_ok
                                       and viol_next <= k.viol_tol) else 0
