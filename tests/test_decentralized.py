@@ -401,6 +401,37 @@ def test_converges_with_both_vartheta_modes(mode):
     assert system.evaluate(inst, sol).feasible
 
 
+def test_finishing_phase_descends_and_stops_when_J_stalls():
+    """Finishing phase: J (the trace's obj_model, the model objective at the point) never rises
+    from one accepted point to the next (descent: a rising step is rejected and u kept; on this
+    instance J rises once with descent off). The stall stop: with stall_window W and a
+    tolerance every step meets, the phase stops ("stalled", Results' termination "stalled")
+    after exactly W accepted steps; with stall_tol 0 it never stops on a stall."""
+    from cefl_opt.solvers.base import TerminationCondition, solve
+    from cefl_opt.solvers.options import DecentralizedOptions
+
+    def finishing_J(inst, **consts):
+        sol, info = solve_decentralized(inst, constants={"stall_tol": 0.0, **consts})
+        assert info["stop_reason_finishing"] != "stalled"
+        assert system.evaluate(inst, sol).feasible
+        fin = [r for r in info["trace"] if r["phase"] == "fixed"]
+        J = np.array([r["obj_model"] for r in fin])
+        return np.diff(J) / np.maximum(1.0, np.abs(J[:-1]))
+
+    inst = make_instance("small", seed=4, rounds=3)
+    assert np.all(finishing_J(inst) <= 1e-12)
+    assert np.any(finishing_J(inst, descent=False) > 1e-12)
+    paper, W = make_instance("paper", seed=0, rounds=2), 3
+    sol, info = solve_decentralized(paper, constants={"stall_tol": 1.0, "stall_window": W})
+    fin = [r for r in info["trace"] if r["phase"] == "fixed"]
+    assert info["stop_reason"] == "stalled"
+    assert len(fin) - sum(r["rejected"] for r in fin) == W
+    assert system.evaluate(paper, sol).feasible
+    res = solve(paper, "decentralized", DecentralizedOptions(stall_tol=1.0, stall_window=W))
+    assert res.termination_condition == TerminationCondition.stalled
+    assert res.objective == pytest.approx(sol.objective, rel=1e-12)
+
+
 def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
     """binary_patience = P: the relaxed phase stops ("binary") after P accepted iterations in a
     row with the forcing penalty on (rho > 0), every indicator binary and the rows held, and not
