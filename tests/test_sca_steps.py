@@ -133,8 +133,10 @@ def test_prox_factor_and_restoration_keep_the_tiny_optimum():
     with them on (default) and off, in fewer outer iterations with them on."""
     from cefl_opt.solvers.decentralized import solve_decentralized
     inst = make_instance("tiny", seed=0)
-    on_sol, on = solve_decentralized(inst)
-    off_sol, off = solve_decentralized(inst, constants={"restore": False, "prox_min": 1.0})
+    plain = {"stall_tol": 0.0, "descent": False}   # to convergence, the SCA's own steps
+    on_sol, on = solve_decentralized(inst, constants=plain)
+    off_sol, off = solve_decentralized(inst, constants={"restore": False, "prox_min": 1.0,
+                                                        **plain})
     assert on["stop_reason"] == off["stop_reason"] == "converged"
     assert on_sol.objective == pytest.approx(off_sol.objective, rel=1e-6)
     assert on["outer_iterations"] <= off["outer_iterations"]
