@@ -102,7 +102,7 @@ class PDConstants:
     live_only: bool = True
     descent: bool = True
     stall_tol: float = 1e-4
-    stall_window: int = 10
+    stall_window: int = 20
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
