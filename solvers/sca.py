@@ -911,7 +911,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     accepted step); after six halvings the short step is taken (L_k may be at its cap, and a
     surrogate that keeps missing would otherwise repeat the same rejected step forever: seen on
     the paper network with T = 5).
-    In phase "fixed" (`k.descent`) a step that raises J is rejected the same way (the
+    In phase "fixed" (`k.descent`) a step that raises J by more than 1e-8 x max(1, |J|) (above
+    the rounding level of the node shares' sum) is rejected the same way (the
     surrogates majorise J, so only an inexact inner solution raises it; unchecked, such steps
     were seen to cycle with period 2 at 1,000 UEs).
     Stop ("converged"): ||u_hat - u^l||_inf <= outer_tol or the gradient mapping
@@ -1004,7 +1005,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         viol_now = gmax(np.where(free, np.maximum(lin.c, 0.0), 0.0))
         rejected = bool(raised) and viol_next > max(k.viol_tol, viol_now)
         if phase == "fixed" and k.descent and viol_next <= k.viol_tol \
-                and lin_next.f > lin.f + 1e-12 * max(1.0, abs(lin.f)):
+                and lin_next.f > lin.f + 1e-8 * max(1.0, abs(lin.f)):
             rejected = True      # J rose: an inexact surrogate solution; a shorter step
         if rejected and zeta_eff <= k.zeta / 64.0:   # backtracked enough: take the short step
             rejected = False

@@ -403,8 +403,8 @@ def test_converges_with_both_vartheta_modes(mode):
 
 def test_finishing_phase_descends_and_stops_when_J_stalls():
     """Finishing phase: J (the trace's obj_model, the model objective at the point) never rises
-    from one accepted point to the next (descent: a rising step is rejected and u kept; on this
-    instance J rises with descent off). The stall stop: with stall_window W and a
+    by more than 1e-8 (relative) from one accepted point to the next (descent: such a step is
+    rejected and u kept; on this instance J rises by more with descent off). The stall stop: with stall_window W and a
     tolerance every step meets, the phase stops ("stalled", Results' termination "stalled")
     after exactly W accepted steps; with stall_tol 0 it never stops on a stall."""
     from cefl_opt.solvers.base import TerminationCondition, solve
@@ -419,8 +419,8 @@ def test_finishing_phase_descends_and_stops_when_J_stalls():
         return np.diff(J) / np.maximum(1.0, np.abs(J[:-1]))
 
     paper, W = make_instance("paper", seed=0, rounds=2), 3
-    assert np.all(finishing_J(paper) <= 1e-12)
-    assert np.any(finishing_J(paper, descent=False) > 1e-12)
+    assert np.all(finishing_J(paper) <= 1e-8)
+    assert np.any(finishing_J(paper, descent=False) > 1e-8)
     sol, info = solve_decentralized(paper, constants={"stall_tol": 1.0, "stall_window": W})
     fin = [r for r in info["trace"] if r["phase"] == "fixed"]
     assert info["stop_reason"] == "stalled"
@@ -437,7 +437,8 @@ def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
     before; 0: only on convergence. Either way the finishing phase converges to a feasible
     binary point."""
     for patience in (0, 2):
-        sol, info = solve_decentralized(tiny, constants={"binary_patience": patience})
+        sol, info = solve_decentralized(tiny, constants={"binary_patience": patience,
+                                                         "stall_tol": 0.0})   # to convergence
         relaxed = [r for r in info["trace"] if r["phase"] == "relaxed"]
         assert info["stop_reason"] == "converged" and system.evaluate(tiny, sol).feasible
         if patience == 0:
