@@ -316,7 +316,6 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
         if k.live_only:   # each host drops its rows' entries that the fixed indicators kill
             inner.set_active(st.live_entries(u_r, ops.nodes if dec else range(st.n_nodes)))
         u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)
-        inner.set_active(None)
         info.update(stop_reason_finishing=reason2, outer_iterations_finishing=len(rec2),
                     finishing_s=time.perf_counter() - t1)
         if spread:
@@ -326,10 +325,8 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                 st.set_local(None)
                 info.update(rank=comm.rank, wall_s=time.perf_counter() - t_start)
                 return None, info
-        final = clip_to_bounds(st.to_solution(u2, method=method, status="converged"
-                                              if reason2 == "converged" else "stalled"
-                                              if reason2 == "stalled" else "iteration_limit"),
-                               inst, bound)
+        status = reason2 if reason2 in ("converged", "stalled") else "iteration_limit"
+        final = clip_to_bounds(st.to_solution(u2, method=method, status=status), inst, bound)
     st.reset_bounds()
     if spread:
         st.set_local(None)

@@ -923,8 +923,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     in between neither counts nor breaks the run: it leaves u unchanged); "stalled" (phase
     fixed, `stall_tol` > 0) when J at the accepted points fell by at most stall_tol x max(1, |J|)
     over the last `stall_window` of them with the violation <= viol_tol (no stationarity
-    claim: the inexact inner solves leave a floor under the step tests); else "max_outer". global_max(per-row values) -> float:
-    the max over all hosts (a message-passing max in the decentralised method).
+    claim: the inexact inner solves leave a floor under the step tests); else "max_outer".
+    global_max(per-row values) -> float: the max over all hosts (a message-passing max in the
+    decentralised method).
     distributed: None (this process holds every shared variable and row), or, when the nodes
     are spread over processes (MPI backend), an object with `local_rows` ((K,) bool: rows this
     process hosts), `max_var(per_var)` / `sum_rows(per_row)` (collectives over all processes)
@@ -959,6 +960,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     fnorm = st.row_norm[force]
     settled = 0                  # consecutive accepted iterations with binaries and rows held
     f_acc = [lin.f]              # J at the accepted points (the stall test)
+    live = inner.live            # S_k: the row's live entries (None: all)
     for it in range(max_outer):
         forcing_on = phase == "relaxed" and it >= k.force_after
         if forcing_on:   # grows while an indicator is fractional, capped at rho_max
@@ -987,7 +989,6 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         du = u_next - u
         dcol = du[st.jac_cols] if distributed is None else distributed.nonzero_view(du)
         lin_part = lin.c + np.bincount(st.jac_rows, weights=lin.a * dcol, minlength=K)
-        live = getattr(inner, "live", None)      # S_k: the row's live entries
         quad = np.bincount(st.jac_rows, weights=dcol * dcol if live is None
                            else np.where(live, dcol * dcol, 0.0), minlength=K)
         miss = lin_next.c - (lin_part + 0.5 * L * quad)

@@ -404,9 +404,10 @@ def test_converges_with_both_vartheta_modes(mode):
 def test_finishing_phase_descends_and_stops_when_J_stalls():
     """Finishing phase: J (the trace's obj_model, the model objective at the point) never rises
     by more than 1e-8 (relative) from one accepted point to the next (descent: such a step is
-    rejected and u kept; on this instance J rises by more with descent off). The stall stop: with stall_window W and a
-    tolerance every step meets, the phase stops ("stalled", Results' termination "stalled")
-    after exactly W accepted steps; with stall_tol 0 it never stops on a stall."""
+    rejected and u kept; on this instance J rises by more with descent off). The stall stop:
+    with stall_window W and a tolerance every step meets, the phase stops ("stalled", Results'
+    termination "stalled") after exactly W accepted steps; with stall_tol 0 it never stops on
+    a stall."""
     from cefl_opt.solvers.base import TerminationCondition, solve
     from cefl_opt.solvers.options import DecentralizedOptions
 
