@@ -54,6 +54,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
+from .assoc_moves import MoveViews, association_moves, central_views
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -117,6 +118,35 @@ class _DecOps:
             hd = pv.hessian_diag(xe[self.pent[d]], y[sl] / st.row_norm[sl])
             np.add.at(h_ent, self.pent[d], hd)
         return comm.reduce(pl, h_ent) * st.scale ** 2
+
+    def move_views(self) -> MoveViews:
+        """The collectives of `assoc_moves` over this run's relay trees."""
+        inner, st, comm = self.inner, self.st, self.comm
+        pl, E = inner.plan, inner.E
+        local = np.zeros(st.n_nodes, dtype=bool)
+        local[comm.local_nodes()] = True
+        ent_local = local[pl.entry_node]
+
+        def max_to_vars(per_nz: np.ndarray) -> np.ndarray:
+            ent = np.full(E, -np.inf)
+            np.maximum.at(ent, inner.jent, per_nz)
+            return comm.reduce(pl, ent, op="max")
+
+        def var_sum(per_var: np.ndarray) -> float:
+            node = np.bincount(st.primary, weights=np.where(local[st.primary], per_var, 0.0),
+                               minlength=st.n_nodes)
+            top = comm.reduce(inner.gplan, node[inner.gplan.entry_node])
+            return float(comm.broadcast(inner.gplan, top)[inner._gent])
+
+        def sync(u: np.ndarray) -> np.ndarray:
+            out = u.copy()
+            out[pl.entry_q[ent_local]] = comm.broadcast(pl, u)[ent_local]
+            return out
+        return MoveViews(at_nonzeros=inner._nonzero_view,
+                         sum_to_vars=lambda z: comm.reduce(pl, np.bincount(
+                             inner.jent, weights=z, minlength=E)),
+                         max_to_vars=max_to_vars, var_sum=var_sum, sync=sync,
+                         local_rows=local[st.row_host], local_vars=local[st.primary])
 
     def restore(self, u: np.ndarray, lin: Linearisation, free: np.ndarray):
         """`sca.restore_epigraphs` by messages: each row's host computes what its rows need,
@@ -313,6 +343,14 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                                                                 ipopt_options=ipopt_options)
         reason2, rec2 = reason1, []
     else:
+        if k.move_passes:   # node-local association moves (solvers/assoc_moves.py)
+            free = np.ones(st.n_rows, dtype=bool)
+            free[st.force_rows] = False
+            t_m = time.perf_counter()
+            u_r, moved = association_moves(
+                st, u_r, free, linearise=ops.linearise if dec else st.linearise,
+                views=ops.move_views() if dec else central_views(st), passes=k.move_passes)
+            info.update(moved, association_s=time.perf_counter() - t_m)
         if k.live_only:   # each host drops its rows' entries that the fixed indicators kill
             inner.set_active(st.live_entries(u_r, ops.nodes if dec else range(st.n_nodes)))
         u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)

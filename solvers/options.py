@@ -224,7 +224,7 @@ PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters",
                       "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
                       "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
                       "L_max", "restore", "prox_min", "binary_patience", "live_only",
-                      "descent", "stall_tol", "stall_window")
+                      "descent", "stall_tol", "stall_window", "move_passes")
 _PRESET = "the preset's"
 
 
@@ -312,6 +312,9 @@ class DecentralizedOptions(MethodOptions):
                                      check=at_least(0), **_preset())
     stall_window: int | None = option(None, "outer iterations of the stall test",
                                       check=at_least(1), **_preset())
+    move_passes: int | None = option(None, "passes of node-local association moves between "
+                                     "rounding and the finishing phase (0: off)",
+                                     check=at_least(0), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""

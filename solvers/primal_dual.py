@@ -75,7 +75,9 @@ class PDConstants:
     can be nonzero with the indicators fixed (`sca.DecStructure.live_entries`).
     descent: in the finishing phase, a step that raises J is rejected (zeta halved).
     stall_tol, stall_window: the finishing phase stops ("stalled") when J fell by at most
-    stall_tol x max(1, |J|) over the last stall_window accepted outer iterations (0: off)."""
+    stall_tol x max(1, |J|) over the last stall_window accepted outer iterations (0: off).
+    move_passes: passes of association moves between rounding and the finishing phase
+    (`solvers/assoc_moves.py`; 0: off)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -103,6 +105,7 @@ class PDConstants:
     descent: bool = True
     stall_tol: float = 1e-4
     stall_window: int = 20
+    move_passes: int = 5
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,335 @@
+"""Association moves of the `decentralized` method, between rounding and the finishing phase:
+the node-local counterpart of `cefl_opt.association.repair_associations`.
+
+Every UE's uplink and downlink choice per round is a one-hot group of indicators whose primary
+is the UE. A *trial* moves a group's 1 from its BS j to another linked BS j' with every other
+variable held, except the epigraph variables of the max terms (`models.EPIGRAPH_LEVELS`),
+which follow. Its change of J is computed exactly from the linearisation at the current point
+(the rows and J are affine in one group's indicators and in the epigraph variables with the
+rest held; `tests/test_assoc_moves.py` checks the claim against the model):
+
+* each host of a row that reads the group computes its rows' change; an epigraph variable all
+  of whose rows it hosts (a BS's delta^B_b) moves to the new max of its rows, down as well as
+  up, and its move enters the rows it feeds (the BS's reception row); an epigraph variable
+  held by several nodes (dA, dR: the last level) is priced by its rise only (a fall needs the
+  whole network's rows: ignoring it can only under-state the gain);
+* the hosts' parts reach the UE by one reduce, the UE adds its own objective share's change
+  and picks its best trial (a strictly lower J).
+
+The trials chosen in one pass are applied together. Their joint change is at most the sum of
+their predicted changes when (i) no row reads two groups (checked) and (ii) at each local
+epigraph variable the chosen trials either all lower it or all raise it: a max falls by at
+least the sum of its rows' separate falls and rises by at most the largest separate rise.
+Hosts veto the raising trials at a variable some trial lowers (one broadcast of the choices,
+one reduce of the vetoes). After each pass the epigraph variables are tightened (moved to the
+max of their rows, inner levels first) and J is re-evaluated; a pass that did not lower it is
+undone (a check, never seen to fire). Messages: per pass one broadcast of g and of u to the
+rows' hosts, two reduces and one broadcast over the same relay trees, the global tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from cefl_opt.models import EPIGRAPH_LEVELS
+
+from .sca import DecStructure, Linearisation
+
+_BIG = 1e30          # the cost of a trial that would leave a row violated or a bound crossed
+
+
+@dataclass
+class MoveViews:
+    """The collectives the moves use (message passing in `decentralized`, plain array
+    operations in `centralized-pd`).
+    at_nonzeros(per_var) -> per_nonzero: the rows' hosts' copies (a broadcast);
+    sum_to_vars(per_nonzero) -> per_var: sums at the primaries (a reduce);
+    max_to_vars(per_nonzero) -> per_var: maxima at the primaries (-inf where nothing came);
+    var_sum(per_var) -> float: the sum over all primaries (spanning tree, every process);
+    sync(u) -> u: every process's copies of the shared variables set from their primaries;
+    local_rows: (K,) bool, the rows this process hosts; local_vars: (n,) bool, the shared
+    variables this process is the primary of."""
+    at_nonzeros: Callable[[np.ndarray], np.ndarray]
+    sum_to_vars: Callable[[np.ndarray], np.ndarray]
+    max_to_vars: Callable[[np.ndarray], np.ndarray]
+    var_sum: Callable[[np.ndarray], float]
+    sync: Callable[[np.ndarray], np.ndarray]
+    local_rows: np.ndarray
+    local_vars: np.ndarray
+
+
+def central_views(st: DecStructure) -> MoveViews:
+    """`MoveViews` of a process that holds every row and shared variable."""
+    cols, n = st.jac_cols, st.n
+
+    def vmax(per_nz: np.ndarray) -> np.ndarray:
+        out = np.full(n, -np.inf)
+        np.maximum.at(out, cols, per_nz)
+        return out
+    return MoveViews(at_nonzeros=lambda v: v[cols],
+                     sum_to_vars=lambda z: np.bincount(cols, weights=z, minlength=n),
+                     max_to_vars=vmax, var_sum=lambda v: float(np.sum(v)), sync=lambda u: u,
+                     local_rows=np.ones(st.n_rows, dtype=bool),
+                     local_vars=np.ones(n, dtype=bool))
+
+
+def tighten_epigraphs(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np.ndarray,
+                      views: MoveViews) -> np.ndarray:
+    """Every epigraph variable of a max (direction +1) moves to the max of its rows
+    (c_k / |a_kv| over the rows it bounds: exact, the rows are linear in it), level by level,
+    inner maxima first, within its bounds. Lowers J (J is non-decreasing in each)."""
+    rows, cols = st.jac_rows, st.jac_cols
+    c, out = lin.c.copy(), u.copy()
+    absa = np.maximum(np.abs(lin.a), 1e-300)
+    for lev in range(len(EPIGRAPH_LEVELS)):
+        on = (st.epi_level == lev) & (st.epi_dir > 0)
+        sel = on[cols] & free[rows] & (lin.a < 0)
+        top = views.max_to_vars(np.where(sel, c[rows] / absa, -np.inf))
+        dv = np.where(on & np.isfinite(top), np.clip(top, st.lo - out, st.hi - out), 0.0)
+        dv = np.where(views.local_vars, dv, 0.0)
+        out = out + dv
+        c = c + np.bincount(rows, weights=lin.a * views.at_nonzeros(dv), minlength=st.n_rows)
+    return views.sync(out)
+
+
+class _Hosts:
+    """Per-surrogate data of the trials at the rows' hosts: the Jacobian by columns, each
+    epigraph variable's bounding and fed rows, and which variables are held by one node."""
+
+    def __init__(self, st: DecStructure, lin: Linearisation, free: np.ndarray,
+                 views: MoveViews, u: np.ndarray):
+        rows, cols = st.jac_rows, st.jac_cols
+        self.st, self.lin = st, lin
+        use = free[rows] & views.local_rows[rows]
+        nz = np.flatnonzero(use)
+        order = nz[np.argsort(cols[nz], kind="stable")]
+        self.col_nz = np.split(order, np.searchsorted(cols[order], np.arange(1, st.n)))
+        self.g_nz = views.at_nonzeros(lin.g)
+        self.u_nz = views.at_nonzeros(u)
+        self.level = st.epi_level
+        self.top = len(EPIGRAPH_LEVELS) - 1
+        self.single = np.array([len(mb) == 1 for mb in st.members])   # held by one node
+        self.shared_rows = _rows_of_two_groups(st, nz, _groups(st))
+        epi_nz = nz[st.epi_level[cols[nz]] >= 0]
+        self.row_epi: dict[int, list[int]] = {}
+        for z in epi_nz.tolist():
+            self.row_epi.setdefault(int(rows[z]), []).append(z)
+
+    def at_host(self, v: int, h: int) -> np.ndarray:
+        z = self.col_nz[v]
+        return z[self.st.row_host[self.st.jac_rows[z]] == h]
+
+    def effect(self, h: int, dx: dict[int, float]) -> tuple[float, dict[int, float]]:
+        """Change of J from host h's rows when the indicators change by dx (x units), with
+        the epigraph chain of those rows (module docstring); (_BIG, {}) if the trial would
+        leave a row violated or cross a bound. Also the shifts of h's local epigraph
+        variables."""
+        st, lin = self.st, self.lin
+        rows, a, c = st.jac_rows, lin.a, lin.c
+        dC: dict[int, float] = {}
+        for v, d in dx.items():
+            du = d / st.scale[v]
+            for z in self.at_host(v, h).tolist():
+                k = int(rows[z])
+                dC[k] = dC.get(k, 0.0) + a[z] * du
+        if any(k in self.shared_rows for k in dC):
+            return _BIG, {}                 # joint changes would not add up: not tried
+        cost, shifts = 0.0, {}
+        bounded: set[int] = set()
+        for lev in range(self.top + 1):
+            cand: dict[int, list[int]] = {}
+            for k in list(dC):
+                for z in self.row_epi.get(k, ()):
+                    e = int(st.jac_cols[z])
+                    if self.level[e] == lev and st.epi_dir[e] * a[z] < 0:
+                        cand.setdefault(e, []).append(z)
+                        bounded.add(k)
+            for e, zs in cand.items():
+                dr = st.epi_dir[e]
+                if self.single[e]:        # all its rows are h's: the new max, down or up
+                    bz = self.at_host(e, h)
+                    bz = bz[dr * a[bz] < 0]
+                    vals = c[rows[bz]] + np.array([dC.get(int(k), 0.0) for k in rows[bz]])
+                    shift = float(np.max(vals / np.abs(a[bz])))
+                elif lev == self.top:     # held by many: its rise only
+                    shift = max(0.0, max((c[rows[z]] + dC[int(rows[z])]) / abs(a[z]) for z in zs))
+                else:
+                    return _BIG, {}
+                new = self.u_nz[zs[0]] + dr * shift
+                if new > st.hi[e] + 1e-12 or new < st.lo[e] - 1e-12:
+                    return _BIG, {}
+                if shift == 0.0:
+                    continue
+                cost += self.g_nz[zs[0]] * dr * shift
+                if self.single[e]:
+                    shifts[e] = shift
+                    for z in self.at_host(e, h).tolist():
+                        if dr * a[z] > 0:       # a row it feeds
+                            k = int(rows[z])
+                            dC[k] = dC.get(k, 0.0) + a[z] * dr * shift
+        for k, d in dC.items():
+            if k not in bounded and c[k] + d > max(c[k], 0.0) + 1e-12:
+                return _BIG, {}
+        return cost, shifts
+
+
+def _groups(st: DecStructure) -> list[np.ndarray]:
+    """The one-hot groups of present UE-BS links (Inb, Ibn per round and UE)."""
+    out = []
+    for key in ("Inb", "Ibn"):
+        ix = st.idx[key]
+        for flat in ix.reshape(-1, ix.shape[-1]):
+            g = flat[flat >= 0]
+            if len(g) > 1:
+                out.append(g)
+    return out
+
+
+def _rows_of_two_groups(st: DecStructure, nz: np.ndarray, groups: list[np.ndarray]
+                        ) -> set[int]:
+    """Rows (among the nonzeros nz) that read the indicators of more than one group."""
+    gid = np.full(st.n, -1, dtype=np.int64)
+    for i, g in enumerate(groups):
+        gid[g] = i
+    z = nz[gid[st.jac_cols[nz]] >= 0]
+    pairs = np.unique(np.column_stack([st.jac_rows[z], gid[st.jac_cols[z]]]), axis=0)
+    r, cnt = np.unique(pairs[:, 0], return_counts=True)
+    return set(r[cnt > 1].tolist())
+
+
+def _trials(H: _Hosts, groups: list[np.ndarray], x_nz: np.ndarray
+            ) -> tuple[np.ndarray, dict]:
+    """Every host's parts of every trial, placed on one nonzero per (host, variable): at the
+    group's current 1 (host reads it): the part of leaving it; at a candidate j' (host reads
+    it): the part of the whole trial minus the leaving part. Also the local shifts per
+    (host, target variable) for the veto."""
+    st = H.st
+    rows, host = st.jac_rows, st.row_host
+    part = np.zeros(len(st.jac_cols))
+    shifts: dict[tuple[int, int], dict[int, float]] = {}
+    for g in groups:
+        by_host: dict[int, dict[int, int]] = {}     # host -> {variable: a nonzero of it}
+        for v in g.tolist():
+            for z in H.col_nz[v].tolist():
+                by_host.setdefault(int(host[rows[z]]), {}).setdefault(v, z)
+        for h, seen in by_host.items():
+            hot = [v for v, z in seen.items() if x_nz[z] > 0.5]
+            j = hot[0] if hot else None
+            leave = (0.0, {}) if j is None else H.effect(h, {j: -1.0})
+            if j is not None:
+                part[seen[j]] += leave[0]
+                shifts[(h, j)] = leave[1]
+            for v, z in seen.items():
+                if v == j:
+                    continue
+                dx = {v: 1.0} if j is None else {j: -1.0, v: 1.0}
+                full, sh = H.effect(h, dx)
+                part[z] += full - leave[0] if max(full, leave[0]) < _BIG else _BIG
+                shifts[(h, v)] = sh
+    return part, shifts
+
+
+def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray,
+            shifts: dict) -> np.ndarray:
+    """Per nonzero: 1 on a chosen trial's (host, variable) nonzero where the host vetoes it:
+    the trial would raise a local epigraph variable that another chosen trial lowers. A host
+    reading the trial's target sees the whole trial, one reading only the current 1 its
+    leaving part."""
+    st = H.st
+    rows, host = st.jac_rows, st.row_host
+    veto = np.zeros(len(st.jac_cols))
+    chosen: dict[int, list[tuple[int, float]]] = {}    # epigraph var -> (nonzero, shift)
+    for g in groups:
+        by_host: dict[int, dict[int, int]] = {}
+        for v in g.tolist():
+            for z in H.col_nz[v].tolist():
+                if prop_nz[z] != 0.0:
+                    by_host.setdefault(int(host[rows[z]]), {}).setdefault(v, z)
+        for h, seen in by_host.items():
+            tgt = [v for v, z in seen.items() if prop_nz[z] > 0]
+            v = tgt[0] if tgt else next(iter(seen))
+            for e, s in shifts.get((h, v), {}).items():
+                chosen.setdefault(e, []).append((seen[v], s))
+    for lst in chosen.values():
+        if any(s < 0 for _, s in lst):
+            for z, s in lst:
+                if s > 0:
+                    veto[z] = 1.0
+    return veto
+
+
+def association_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
+                      linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                      passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Up to `passes` passes of trials (module docstring) from the rounded point u (the
+    indicators fixed by bounds lo = hi, which follow the moves). Returns (u', info)."""
+    lin = linearise(u)
+    u = tighten_epigraphs(st, u, lin, free, views)
+    lin = linearise(u)
+    groups = _groups(st)
+    f0, moves, done = lin.f, 0, 0
+    for _ in range(passes):
+        H = _Hosts(st, lin, free, views, u)
+        x_nz = views.at_nonzeros(u * st.scale)
+        part, shifts = _trials(H, groups, x_nz)
+        tot = views.sum_to_vars(part)
+        prop = _choose(st, u, lin, tot, groups, views)
+        prop_nz = views.at_nonzeros(prop)
+        veto = views.max_to_vars(_vetoes(H, groups, prop_nz, shifts))
+        prop = _drop_vetoed(prop, veto, groups, views)
+        n_acc = int(round(views.var_sum(np.where(views.local_vars, prop > 0, False)
+                                        .astype(float))))
+        if n_acc == 0:
+            break
+        u_new = views.sync(np.where(views.local_vars, u + prop / st.scale, u))
+        lin_new = linearise(u_new)
+        u_new = tighten_epigraphs(st, u_new, lin_new, free, views)
+        lin_new = linearise(u_new)
+        if lin_new.f > lin.f - 1e-12 * max(1.0, abs(lin.f)):
+            break                  # not lower: undone (the pass is not taken)
+        _fix(st, u_new, groups)
+        u, lin, moves, done = u_new, lin_new, moves + n_acc, done + 1
+    return u, {"association_moves": moves, "association_passes": done,
+               "association_gain": f0 - lin.f}
+
+
+def _choose(st: DecStructure, u: np.ndarray, lin: Linearisation, tot: np.ndarray,
+            groups: list[np.ndarray], views: MoveViews) -> np.ndarray:
+    """At each group's primary: the best trial if it lowers J by more than 1e-9 relative;
+    returned as the proposed change of x (-1 at j, +1 at j', 0 elsewhere)."""
+    prop = np.zeros(st.n)
+    eps = 1e-9 * max(1.0, abs(lin.f))
+    x = u * st.scale
+    for g in groups:
+        if not views.local_vars[g[0]]:
+            continue
+        j = int(g[np.argmax(x[g])])
+        best, arg = -eps, -1
+        for v in g.tolist():
+            if v == j:
+                continue
+            t = tot[j] + tot[v] + lin.g[v] / st.scale[v] - lin.g[j] / st.scale[j]
+            if t < best:
+                best, arg = t, v
+        if arg >= 0:
+            prop[j], prop[arg] = -1.0, 1.0
+    return prop
+
+
+def _drop_vetoed(prop: np.ndarray, veto: np.ndarray, groups: list[np.ndarray],
+                 views: MoveViews) -> np.ndarray:
+    out = prop.copy()
+    for g in groups:
+        if views.local_vars[g[0]] and np.any(prop[g] != 0) and np.any(veto[g] > 0):
+            out[g] = 0.0
+    return out
+
+
+def _fix(st: DecStructure, u: np.ndarray, groups: list[np.ndarray]) -> None:
+    """The indicators' bounds follow their new values (lo = hi)."""
+    lo, hi = st.lo.copy(), st.hi.copy()
+    ix = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+    lo[ix] = hi[ix] = u[ix]
+    st.set_bounds(lo, hi)
