@@ -199,6 +199,7 @@ def _load_copies(m, inst: Instance, t: int, r: RoundDecision, rt: dict) -> None:
         put(bb.dA[t], rt["dA"])
         put(bb.dR[t], rt["dR"])
         put(bb.dB[t], rt["dB_b"][b])
+        put(bb.eNBb[t], float(rt["dD_nb"][:, b].max(initial=0.0)))
         for n in Lb[b]:
             put(bb.rho_nb[t, n], r.rho_nb[n, b])
             put(bb.Ibn[t, n], Ibn[n, b])
@@ -215,6 +216,7 @@ def _load_copies(m, inst: Instance, t: int, r: RoundDecision, rt: dict) -> None:
         if not m._copies:
             put(d.Dv[t], float(rt["D_s"][s]) / KS)
         for b in m.B:
+            put(d.eNBb[t, b], float(rt["dD_nb"][:, b].max(initial=0.0)))
             put(d.rho_bs[t, b], r.rho_bs[b, s])
             put(d.R[t, b], r.R_bs[b, s] / GBIT)
         for n, b in pairs:

@@ -16,7 +16,10 @@ Layout of the model returned by `build_problem`:
 * `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
 
 Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs
-on `bs[b]`; z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
+on `bs[b]`, and `bs[b].eNBb`, the max of dD_nb over b's UEs (the DCs' max_{n,b} dD_nb in
+eq:delayAtDCdataCollect is the max of these B values: the same max, but each DC's epigraph
+has B rows instead of one per UE-BS link, and a BS hosts the rows over its own UEs);
+z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
 bound's epigraph variables (m_min, g_max / h_max) are owned by `dc[0]`.
 
 UE-BS links (`Instance.links`): rho_nb, I_nb, I_bn, every copy of them and every row over them
@@ -61,10 +64,12 @@ BINARY_MODES = ("relaxed", "binary", "fixed")
 
 #: Epigraph variables of the max terms (local component names) and the direction that satisfies
 #: their rows, grouped in the order a feasibility restoration moves them: the inner maxima first
-#: (delta^B_b, max_b dD_bs, max_{n,b} dD_nb feed the delay rows, which they enter with the
-#: opposite sign), then the round's delays dA, dR, and the bound's m_min. Every row is linear
-#: in each of them (`tests/test_sca_steps.py`).
+#: (each BS's max_n dD_nb over its UEs, which feeds max_{n,b} dD_nb; delta^B_b, max_b dD_bs and
+#: max_{n,b} dD_nb feed the delay rows, which they enter with the opposite sign), then the
+#: round's delays dA, dR, and the bound's m_min. Every row is linear in each of them
+#: (`tests/test_sca_steps.py`).
 EPIGRAPH_LEVELS: tuple[tuple[tuple[str, int], ...], ...] = (
+    (("eNBb", 1),),
     (("dB", 1), ("eBS", 1), ("eNB", 1)),
     (("dA", 1), ("dR", 1), ("m_min", -1)),
 )
@@ -158,6 +163,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         blk.R = pyo.Var(m.T, m.S, bounds=lambda v, t, s, b=b: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
                         initialize=lambda v, t, s, b=b: R0[b, s])               # Gbit/s
         blk.dB = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)          # local epigraph
+        blk.eNBb = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)        # max_n dD_nb at b
     for s in m.S:  # owned by DC s; DC 0 also owns the global shared variables
         blk = m.dc[s]
         blk.z = pyo.Var(m.T, bounds=(inst.z_floor, 1.0), initialize=1.0)        # z / C
@@ -216,6 +222,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         copy(blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
              bounds=lambda v, t, b, s=s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
              initialize=lambda v, t, b, s=s: R0[b, s])
+        copy(blk, "eNBb", (m.T, m.B), lambda t, b: m.bs[b].eNBb[t], bounds=(0.0, None),
+             initialize=0.0)
         if s != 0:
             copy(blk, "Is", (m.T, m.S), lambda t, k: own.Is[t, k], **shared)
             copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
@@ -300,6 +308,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
             blk.lift.gpath_epi = pyo.Constraint(  # beta_M / R_bs <= gpath (convex in R)
                 m.T, m.S, rule=lambda c, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
         blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
+        blk.coupling.eNB_epi = pyo.Constraint(  # max_n dD_nb over b's UEs (eq:delayAtDCdataCollect)
+            m.T, Lb[b], rule=lambda c, t, n: dD_coef[t, n, b] * blk.rho_nb[t, n] - blk.eNBb[t] <= 0)
         blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
             m.T, Lb[b], rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
@@ -341,9 +351,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                                                             for k in m.S))
         blk.coupling.eBS_epi = pyo.Constraint(  # max_b in eq:delayAtDCdataCollect
             m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
-        if copies or s == 0:
-            blk.coupling.eNB_epi = pyo.Constraint(  # max_{n,b} in eq:delayAtDCdataCollect
-                m.T, pairs, rule=lambda c, t, n, b: dD_coef[t, n, b] * blk.rho_nb[t, n, b] - blk.eNB[t] <= 0)
+        if copies or s == 0:  # max_{n,b} dD_nb = max_b (BS b's max over its UEs)
+            blk.coupling.eNB_epi = pyo.Constraint(
+                m.T, m.B, rule=lambda c, t, b: blk.eNBb[t, b] - blk.eNB[t] <= 0)
         blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
             m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
         blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
@@ -411,6 +421,8 @@ def _consensus(m) -> None:
     cs.rho_nb_dc = pyo.Constraint(m.T, pairs, m.S,
                                   rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
     cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].rho_bs[t, b] == m.bs[b].rho_bs[t, s])
+    cs.eNBb_dc = pyo.Constraint(m.T, m.B, m.S,
+                                rule=lambda c, t, b, s: m.dc[s].eNBb[t, b] == m.bs[b].eNBb[t])
     cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].R[t, b] == m.bs[b].R[t, s])
     cs.Ibn_bs = pyo.Constraint(m.T, pairs_bn, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
     own = m.dc[0]

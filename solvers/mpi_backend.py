@@ -72,8 +72,8 @@ def node_work(inst) -> np.ndarray:
     nl = np.array([len(x) for x in inst.ue_links()])
     nb = np.array([len(x) for x in inst.bs_links()])
     ue = T * (3 + 3 * nl + S + 1) + 2
-    bs = T * (2 * nb + 3 * S + 3)
-    dc = T * (nl.sum() + 2 * B + S + 7) + 2
+    bs = T * (2 * nb + 3 * S + 4)
+    dc = T * (nl.sum() + 3 * B + S + 7) + 2
     return np.concatenate([ue, bs, np.full(S, dc)]).astype(np.int64)
 
 

@@ -720,13 +720,17 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     scale = np.where(bounded, width, np.maximum(np.abs(x0), _SCALE_FLOOR))
     free = ~bounded
     if free.any() and len(dd):
-        contrib = np.abs(dd) * np.where(bounded[cc], scale[cc], 0.0)
-        row_max = np.zeros(K)
-        np.maximum.at(row_max, rr, contrib)
+        # a free variable's scale: at least the largest term of its rows over its coefficient;
+        # first over the bounded variables, then (once per epigraph level) over all, so an
+        # outer max (max_b of the BSs' max_n dD_nb) gets at least its inner maxima's scale
         sel = free[cc] & (np.abs(dd) > 0)
-        cand = np.zeros(n)
-        np.maximum.at(cand, cc[sel], row_max[rr[sel]] / np.abs(dd[sel]))
-        scale = np.where(free, np.maximum(scale, cand), scale)
+        for p in range(1 + len(EPIGRAPH_LEVELS)):
+            contrib = np.abs(dd) * (scale[cc] if p else np.where(bounded[cc], scale[cc], 0.0))
+            row_max = np.zeros(K)
+            np.maximum.at(row_max, rr, contrib)
+            cand = np.zeros(n)
+            np.maximum.at(cand, cc[sel], row_max[rr[sel]] / np.abs(dd[sel]))
+            scale = np.where(free, np.maximum(scale, cand), scale)
     for _ in range(2):
         for comps, *_ in groups_raw.values():
             ca = np.array(comps)

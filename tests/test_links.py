@@ -201,8 +201,9 @@ def test_model_shrinks_by_the_absent_links(copies):
     b = build_problem(twin, copies=copies)
     per = (5 + inst.S) if copies else 3
     assert _count(b, pyo.Var) - _count(a, pyo.Var) == inst.T * absent * per
-    # rows: dB_epi, eNB_epi (every DC with copies, DC 0 compact), consensus of the copies
-    rows = (1 + inst.S + (1 + inst.S + 1)) if copies else 2
+    # rows: dB_epi and eNB_epi at the BS, consensus of the copies (BS rho_nb, every DC's
+    # rho_nb, BS I_bn)
+    rows = (2 + (1 + inst.S + 1)) if copies else 2
     assert _count(b, pyo.Constraint) - _count(a, pyo.Constraint) == inst.T * absent * rows
 
 

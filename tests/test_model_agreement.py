@@ -107,6 +107,9 @@ def expected_bodies(m, inst, sol, bound):
                 put(bb.coupling, "dB_epi", (t, n),
                     dM_bn[t][b, n] * float(r.downlink_bs[n] == b) - rt["dB_b"][b], rt["dB_b"][b])
             put(bb.coupling, "recv", (t), rt["dR_b"][b] + rt["dB_b"][b] - dR, dR)
+            emax_b = rt["dD_nb"][:, b].max(initial=0.0)     # BS b's max over its UEs
+            for n in np.flatnonzero(on[:, b]).tolist():
+                put(bb.coupling, "eNB_epi", (t, n), rt["dD_nb"][n, b] - emax_b, emax_b)
             if not m._copies:  # lifted D_b and beta_M / R_bs, loaded at their defining values
                 Db = float(r.rho_nb[:, b] @ inst.Dbar[t])
                 assert pyo.value(bb.Dv[t]) * 1e3 == pytest.approx(Db, rel=1e-12, abs=1e-12)
@@ -123,8 +126,8 @@ def expected_bodies(m, inst, sol, bound):
             emax_bs = rt["dD_bs"][:, s].max()
             for b in range(B):
                 put(d.coupling, "eBS_epi", (t, b), rt["dD_bs"][b, s] - emax_bs, emax_bs)
-                for n in np.flatnonzero(on[:, b]).tolist():
-                    put(d.coupling, "eNB_epi", (t, n, b), rt["dD_nb"][n, b] - emax_nb, emax_nb)
+                put(d.coupling, "eNB_epi", (t, b),
+                    rt["dD_nb"][:, b].max(initial=0.0) - emax_nb, emax_nb)
             # max_b dD_bs + max dD_nb + dP_s + dA_s - dA
             put(d.coupling, "delay", (t), emax_bs + emax_nb + rt["dP_s"][s] + rt["dA_s"][s] - dA, dA)
             assert emax_bs + emax_nb + rt["dP_s"][s] + rt["dA_s"][s] == pytest.approx(
@@ -317,15 +320,16 @@ def test_data_conservation_in_model(preset, rand_sol):
 
 
 # ---------------------------------------------------------------------- block structure
-OWNED = {  # SPEC §4 table: node kind -> variables it owns (or holds as purely local)
+OWNED = {  # SPEC §4 table: node kind -> variables it owns (or holds as purely local); the BS
+    # also owns eNBb, its max_n dD_nb over its UEs (the DCs' max_{n,b} dD_nb is the max of these)
     "ue": {"f", "m", "gamma", "rho", "Inb", "Ibn"},
-    "bs": {"rho_bs", "R", "dB"},
+    "bs": {"rho_bs", "R", "dB", "eNBb"},
     "dc": {"z", "gamma", "m", "eBS", "eNB"},
 }
 COPIES = {
     "ue": {"Is", "dA"},
     "bs": {"rho_nb", "Ibn", "Is", "dA", "dR"},
-    "dc": {"rho_nb", "rho_bs", "R", "Is", "dA", "dR"},
+    "dc": {"rho_nb", "rho_bs", "R", "eNBb", "Is", "dA", "dR"},
 }
 GLOBALS = {"corollary": {"m_min", "g_max"}, "general": {"h_max"}}
 
@@ -419,7 +423,7 @@ def test_convex_sets_hold_the_simplices():
     ue, bs, dc0, dc1 = m.ue[0], m.bs[0], m.dc[0], m.dc[1]
     names = lambda blk: {c.local_name for c in blk.coupling.component_objects(pyo.Constraint)}  # noqa: E731
     assert {"delay", "force_Inb", "force_Ibn", "m_min_epi", "g_max_epi"} == names(ue)
-    assert {"dB_epi", "recv"} == names(bs)
+    assert {"dB_epi", "eNB_epi", "recv"} == names(bs)
     assert {"eBS_epi", "eNB_epi", "delay", "recv", "m_min_epi", "g_max_epi", "force_Is",
             "step"} == names(dc0)
     assert "force_Is" not in names(dc1)
@@ -430,7 +434,7 @@ def test_convex_sets_hold_the_simplices():
 def test_every_copy_has_one_consensus_link_to_its_owner():
     """Each non-owner copy appears in exactly one consensus equality, whose other side is the
     owner's variable (paper eqn: local copy 1-2); owners: UE n for rho_nb, I_nb, I_bn; BS b for
-    rho_bs, R_bs; DC 0 for I_s, dA, dR and the bound's global epigraph variables."""
+    rho_bs, R_bs and its max_n dD_nb (eNBb); DC 0 for I_s, dA, dR and the bound's global epigraph variables."""
     m = _model("small", 2, "corollary")
     inst = _instance("small", 2)
     owner = variable_owner_map(m)
@@ -459,6 +463,7 @@ def test_every_copy_has_one_consensus_link_to_its_owner():
     expect = T * (N * B            # rho_nb copies at BSs
                   + N * B * S      # rho_nb copies at DCs
                   + B * S * 2      # rho_bs and R_bs copies at DCs
+                  + B * S          # the BSs' max_n dD_nb (eNBb) copies at DCs
                   + B * N          # I_bn copies at BSs
                   + S * (N + B + S - 1)        # I_s copies
                   + (N + B + S - 1)            # dA copies
@@ -472,6 +477,6 @@ def _is_owner(node: str, var: str) -> bool:
         return node == "dc0"
     if var in ("rho", "Inb") or (var == "Ibn" and kind == "ue"):
         return kind == "ue"
-    if var in ("rho_bs", "R"):
+    if var in ("rho_bs", "R", "eNBb"):
         return kind == "bs"
     return False

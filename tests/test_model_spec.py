@@ -39,6 +39,7 @@ def expected_bounds(inst, bound: str):
         ("bs", "R"): lambda b, i: R_bs(b, i[1]), ("dc", "R"): lambda s, i: R_bs(i[1], s),
         ("dc", "z"): lambda s, i: (inst.z_floor, 1.0),
         ("bs", "dB"): free_delay, ("dc", "eBS"): free_delay, ("dc", "eNB"): free_delay,
+        ("bs", "eNBb"): free_delay, ("dc", "eNBb"): free_delay,
         ("ue", "dA"): free_delay, ("bs", "dA"): free_delay, ("dc", "dA"): free_delay,
         ("bs", "dR"): free_delay, ("dc", "dR"): free_delay,
         ("ue", "m_min"): lambda k, i: (inst.m_floor, 1.0), ("dc", "m_min"): lambda k, i: (inst.m_floor, 1.0),
