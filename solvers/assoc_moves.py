@@ -124,8 +124,8 @@ class _Hosts:
     def effect(self, h: int, dx: dict[int, float]) -> tuple[float, dict[int, float]]:
         """Change of J from host h's rows when the indicators change by dx (x units), with
         the epigraph chain of those rows (module docstring); (_BIG, {}) if the trial would
-        leave a row violated or cross a bound. Also the shifts of h's local epigraph
-        variables."""
+        leave a row violated or cross a bound. Also, per local epigraph variable it touches,
+        (its shift, whether one of its rows rose)."""
         st, lin = self.st, self.lin
         rows, a, c = st.jac_rows, lin.a, lin.c
         dC: dict[int, float] = {}
@@ -151,8 +151,9 @@ class _Hosts:
                 if self.single[e]:        # all its rows are h's: the new max, down or up
                     bz = self.at_host(e, h)
                     bz = bz[dr * a[bz] < 0]
-                    vals = c[rows[bz]] + np.array([dC.get(int(k), 0.0) for k in rows[bz]])
-                    shift = float(np.max(vals / np.abs(a[bz])))
+                    d_b = np.array([dC.get(int(k), 0.0) for k in rows[bz]])
+                    shift = float(np.max((c[rows[bz]] + d_b) / np.abs(a[bz])))
+                    shifts[e] = (shift, bool(np.any(d_b > 0)))
                 elif lev == self.top:     # held by many: its rise only
                     shift = max(0.0, max((c[rows[z]] + dC[int(rows[z])]) / abs(a[z]) for z in zs))
                 else:
@@ -164,7 +165,6 @@ class _Hosts:
                     continue
                 cost += self.g_nz[zs[0]] * dr * shift
                 if self.single[e]:
-                    shifts[e] = shift
                     for z in self.at_host(e, h).tolist():
                         if dr * a[z] > 0:       # a row it feeds
                             k = int(rows[z])
@@ -234,13 +234,14 @@ def _trials(H: _Hosts, groups: list[np.ndarray], x_nz: np.ndarray
 def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray,
             shifts: dict) -> np.ndarray:
     """Per nonzero: 1 on a chosen trial's (host, variable) nonzero where the host vetoes it:
-    the trial would raise a local epigraph variable that another chosen trial lowers. A host
-    reading the trial's target sees the whole trial, one reading only the current 1 its
-    leaving part."""
+    the trial raises a row of a local epigraph variable that another chosen trial lowers
+    (that trial's fall assumed the other rows held; a raised row with no rise of the max is
+    vetoed too). A host reading the trial's target sees the whole trial, one reading only the
+    current 1 its leaving part."""
     st = H.st
     rows, host = st.jac_rows, st.row_host
     veto = np.zeros(len(st.jac_cols))
-    chosen: dict[int, list[tuple[int, float]]] = {}    # epigraph var -> (nonzero, shift)
+    chosen: dict[int, list[tuple[int, tuple]]] = {}   # var -> (nonzero, (shift, rose))
     for g in groups:
         by_host: dict[int, dict[int, int]] = {}
         for v in g.tolist():
@@ -253,9 +254,9 @@ def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray,
             for e, s in shifts.get((h, v), {}).items():
                 chosen.setdefault(e, []).append((seen[v], s))
     for lst in chosen.values():
-        if any(s < 0 for _, s in lst):
-            for z, s in lst:
-                if s > 0:
+        if any(s < 0 for _, (s, _r) in lst):
+            for z, (_s, rose) in lst:
+                if rose:
                     veto[z] = 1.0
     return veto
 
@@ -269,37 +270,44 @@ def association_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     u = tighten_epigraphs(st, u, lin, free, views)
     lin = linearise(u)
     groups = _groups(st)
-    f0, moves, done = lin.f, 0, 0
+    f0, moves, done, predicted, vetoed = lin.f, 0, 0, 0.0, 0
     for _ in range(passes):
         H = _Hosts(st, lin, free, views, u)
         x_nz = views.at_nonzeros(u * st.scale)
         part, shifts = _trials(H, groups, x_nz)
         tot = views.sum_to_vars(part)
-        prop = _choose(st, u, lin, tot, groups, views)
+        prop, gain = _choose(st, u, lin, tot, groups, views)
         prop_nz = views.at_nonzeros(prop)
         veto = views.max_to_vars(_vetoes(H, groups, prop_nz, shifts))
-        prop = _drop_vetoed(prop, veto, groups, views)
-        n_acc = int(round(views.var_sum(np.where(views.local_vars, prop > 0, False)
-                                        .astype(float))))
+        kept = _drop_vetoed(prop, veto, groups, views)
+        vetoed += int(round(views.var_sum((views.local_vars & (prop > 0) & (kept == 0))
+                                          .astype(float))))
+        prop = kept
+        acc = views.local_vars & (prop > 0)
+        n_acc = int(round(views.var_sum(acc.astype(float))))
         if n_acc == 0:
             break
+        pred = views.var_sum(np.where(acc, gain, 0.0))
         u_new = views.sync(np.where(views.local_vars, u + prop / st.scale, u))
         lin_new = linearise(u_new)
         u_new = tighten_epigraphs(st, u_new, lin_new, free, views)
         lin_new = linearise(u_new)
         if lin_new.f > lin.f - 1e-12 * max(1.0, abs(lin.f)):
             break                  # not lower: undone (the pass is not taken)
-        _fix(st, u_new, groups)
+        fix_indicators_at(st, u_new)
         u, lin, moves, done = u_new, lin_new, moves + n_acc, done + 1
+        predicted += pred
     return u, {"association_moves": moves, "association_passes": done,
-               "association_gain": f0 - lin.f}
+               "association_gain": f0 - lin.f, "association_predicted": predicted,
+               "association_vetoed": vetoed}
 
 
 def _choose(st: DecStructure, u: np.ndarray, lin: Linearisation, tot: np.ndarray,
-            groups: list[np.ndarray], views: MoveViews) -> np.ndarray:
+            groups: list[np.ndarray], views: MoveViews) -> tuple[np.ndarray, np.ndarray]:
     """At each group's primary: the best trial if it lowers J by more than 1e-9 relative;
-    returned as the proposed change of x (-1 at j, +1 at j', 0 elsewhere)."""
-    prop = np.zeros(st.n)
+    returned as the proposed change of x (-1 at j, +1 at j', 0 elsewhere) and its predicted
+    fall of J (at j')."""
+    prop, gain = np.zeros(st.n), np.zeros(st.n)
     eps = 1e-9 * max(1.0, abs(lin.f))
     x = u * st.scale
     for g in groups:
@@ -314,8 +322,8 @@ def _choose(st: DecStructure, u: np.ndarray, lin: Linearisation, tot: np.ndarray
             if t < best:
                 best, arg = t, v
         if arg >= 0:
-            prop[j], prop[arg] = -1.0, 1.0
-    return prop
+            prop[j], prop[arg], gain[arg] = -1.0, 1.0, -best
+    return prop, gain
 
 
 def _drop_vetoed(prop: np.ndarray, veto: np.ndarray, groups: list[np.ndarray],
@@ -327,9 +335,11 @@ def _drop_vetoed(prop: np.ndarray, veto: np.ndarray, groups: list[np.ndarray],
     return out
 
 
-def _fix(st: DecStructure, u: np.ndarray, groups: list[np.ndarray]) -> None:
-    """The indicators' bounds follow their new values (lo = hi)."""
+def fix_indicators_at(st: DecStructure, u: np.ndarray) -> None:
+    """Every indicator's bounds are its value in u (lo = hi): the moves' new associations,
+    and on every process its copies of the owners' rounding."""
     lo, hi = st.lo.copy(), st.hi.copy()
-    ix = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+    ix = np.concatenate([st.idx[k].ravel() for k in ("Is", "Inb", "Ibn")])
+    ix = ix[ix >= 0]
     lo[ix] = hi[ix] = u[ix]
     st.set_bounds(lo, hi)

@@ -54,7 +54,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
-from .assoc_moves import MoveViews, association_moves, central_views
+from .assoc_moves import MoveViews, association_moves, central_views, fix_indicators_at
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -332,6 +332,9 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                 violation_relaxed=relaxed_viol, forcing_relaxed=rec1[-1].forcing if rec1 else None,
                 relaxed_s=t1 - t0)
     u_r = _fix_indicators(st, u1)
+    if spread:   # every process's copies of the rounded indicators: the owners' values
+        u_r = ops.move_views().sync(u_r)
+        fix_indicators_at(st, u_r)
     if method == "decentralized-polish":
         from cefl_opt.association import repair_associations
         rounded = clip_to_bounds(st.to_solution(u_r, method=method, status="rounded"), inst,

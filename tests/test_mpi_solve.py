@@ -104,3 +104,21 @@ def test_mpi_solve_more_ranks_than_nodes_exits_2(tiny, tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert "6 MPI ranks for 5 network nodes" in p.stderr
     assert not out.exists()
+
+
+@needs_mpiexec
+def test_mpi_association_moves_equal_local_backend(tmp_path):
+    """The moves' collectives (solvers/assoc_moves.py) over 2 processes: paper network, T = 2,
+    3 outer iterations per phase (the rounding of a relaxed point leaves moves to make)."""
+    inst = make_instance("paper", seed=0, rounds=2)
+    net = tmp_path / "paper.json"
+    inst.save(net)
+    _sol, info_local = solve_decentralized(inst, max_outer=MAX_OUTER)
+    assert info_local["association_moves"] > 0
+    out = tmp_path / "sol.json"
+    p = _solve([str(MPIEXEC), "-n", "2"], net, out, "--backend", "mpi", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(out.read_text())["info"]
+    for key in ("association_moves", "association_passes", "association_vetoed"):
+        assert got[key] == info_local[key], key
+    assert abs(got["objective"] - info_local["objective"]) <= 1e-9 * abs(info_local["objective"])
