@@ -8,8 +8,11 @@
 * `round_associations`: fractional indicators (a relaxation's I_nb, I_bn) rounded to one BS per
   UE, the largest entry, ties broken towards the best-rate BS;
 * `repair_associations`: local search over the associations by the objective of P (used after
-  rounding by the decentralised solver and before the final Ipopt polish of the centralised
+  rounding by `decentralized-polish` and before the final Ipopt polish of the centralised
   methods, so that every method's associations get the same treatment).
+
+The `decentralized` method's own moves (the same criterion, each UE's trials priced by the
+hosts of its rows, no whole-network evaluation) are in `solvers/assoc_moves.py`.
 """
 from __future__ import annotations
 

@@ -20,8 +20,9 @@ The trials chosen in one pass are applied together. Their joint change is at mos
 their predicted changes when (i) no row reads two groups (checked) and (ii) at each local
 epigraph variable the chosen trials either all lower it or all raise it: a max falls by at
 least the sum of its rows' separate falls and rises by at most the largest separate rise.
-Hosts veto the raising trials at a variable some trial lowers (one broadcast of the choices,
-one reduce of the vetoes). After each pass the epigraph variables are tightened (moved to the
+Where both kinds meet at a variable, the hosts keep the kind of the best trial there and veto
+the other (one broadcast of the choices and their gains, one reduce of the vetoes); the best
+trial overall always stays, so a pass with a proposal moves. After each pass the epigraph variables are tightened (moved to the
 max of their rows, inner levels first) and J is re-evaluated; a pass that did not lower it is
 undone (a check, never seen to fire). Messages: per pass one broadcast of g and of u to the
 rows' hosts, two reduces and one broadcast over the same relay trees, the global tests.
@@ -231,17 +232,18 @@ def _trials(H: _Hosts, groups: list[np.ndarray], x_nz: np.ndarray
     return part, shifts
 
 
-def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray,
+def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray, gain_nz: np.ndarray,
             shifts: dict) -> np.ndarray:
-    """Per nonzero: 1 on a chosen trial's (host, variable) nonzero where the host vetoes it:
-    the trial raises a row of a local epigraph variable that another chosen trial lowers
-    (that trial's fall assumed the other rows held; a raised row with no rise of the max is
-    vetoed too). A host reading the trial's target sees the whole trial, one reading only the
-    current 1 its leaving part."""
+    """Per nonzero: 1 on a chosen trial's (host, variable) nonzero where the host vetoes it.
+    At a local epigraph variable with chosen trials that lower it and others that raise one of
+    its rows (a lowering trial's fall assumed the other rows held), the kind of the trial with
+    the largest predicted fall stays and the other kind is vetoed: the best trial overall is
+    never vetoed, so every pass with a proposal moves. A host reading the trial's target sees
+    the whole trial, one reading only the current 1 its leaving part."""
     st = H.st
     rows, host = st.jac_rows, st.row_host
     veto = np.zeros(len(st.jac_cols))
-    chosen: dict[int, list[tuple[int, tuple]]] = {}   # var -> (nonzero, (shift, rose))
+    chosen: dict[int, list[tuple]] = {}    # var -> (nonzero, lowers, rose, (gain, variable))
     for g in groups:
         by_host: dict[int, dict[int, int]] = {}
         for v in g.tolist():
@@ -251,12 +253,14 @@ def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray,
         for h, seen in by_host.items():
             tgt = [v for v, z in seen.items() if prop_nz[z] > 0]
             v = tgt[0] if tgt else next(iter(seen))
-            for e, s in shifts.get((h, v), {}).items():
-                chosen.setdefault(e, []).append((seen[v], s))
+            rank = (gain_nz[seen[v]], int(g[0]))
+            for e, (s, rose) in shifts.get((h, v), {}).items():
+                chosen.setdefault(e, []).append((seen[v], s < 0 and not rose, rose, rank))
     for lst in chosen.values():
-        if any(s < 0 for _, (s, _r) in lst):
-            for z, (_s, rose) in lst:
-                if rose:
+        if any(x[1] for x in lst) and any(x[2] for x in lst):
+            keep_raise = max(lst, key=lambda x: x[3])[2]
+            for z, lowers, rose, _ in lst:
+                if (lowers and keep_raise) or (rose and not keep_raise):
                     veto[z] = 1.0
     return veto
 
@@ -277,8 +281,8 @@ def association_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         part, shifts = _trials(H, groups, x_nz)
         tot = views.sum_to_vars(part)
         prop, gain = _choose(st, u, lin, tot, groups, views)
-        prop_nz = views.at_nonzeros(prop)
-        veto = views.max_to_vars(_vetoes(H, groups, prop_nz, shifts))
+        prop_nz, gain_nz = views.at_nonzeros(prop), views.at_nonzeros(gain)
+        veto = views.max_to_vars(_vetoes(H, groups, prop_nz, gain_nz, shifts))
         kept = _drop_vetoed(prop, veto, groups, views)
         vetoed += int(round(views.var_sum((views.local_vars & (prop > 0) & (kept == 0))
                                           .astype(float))))
@@ -287,7 +291,7 @@ def association_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         n_acc = int(round(views.var_sum(acc.astype(float))))
         if n_acc == 0:
             break
-        pred = views.var_sum(np.where(acc, gain, 0.0))
+        pred = views.var_sum(np.where(acc, gain, 0.0))     # once per group: at j' only
         u_new = views.sync(np.where(views.local_vars, u + prop / st.scale, u))
         lin_new = linearise(u_new)
         u_new = tighten_epigraphs(st, u_new, lin_new, free, views)
@@ -306,7 +310,7 @@ def _choose(st: DecStructure, u: np.ndarray, lin: Linearisation, tot: np.ndarray
             groups: list[np.ndarray], views: MoveViews) -> tuple[np.ndarray, np.ndarray]:
     """At each group's primary: the best trial if it lowers J by more than 1e-9 relative;
     returned as the proposed change of x (-1 at j, +1 at j', 0 elsewhere) and its predicted
-    fall of J (at j')."""
+    fall of J (at j and j')."""
     prop, gain = np.zeros(st.n), np.zeros(st.n)
     eps = 1e-9 * max(1.0, abs(lin.f))
     x = u * st.scale
@@ -322,7 +326,8 @@ def _choose(st: DecStructure, u: np.ndarray, lin: Linearisation, tot: np.ndarray
             if t < best:
                 best, arg = t, v
         if arg >= 0:
-            prop[j], prop[arg], gain[arg] = -1.0, 1.0, -best
+            prop[j], prop[arg] = -1.0, 1.0
+            gain[j] = gain[arg] = -best
     return prop, gain
 
 

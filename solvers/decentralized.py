@@ -9,7 +9,10 @@ Methods
        enter as a growing concave penalty after `force_after` outer iterations, so the SCA ends
        at binary indicators; it stops on its own tolerance.
     2. rounding: every owner rounds its own indicators (argmax; already binary at a converged
-       relaxed phase): UE n its uplink/downlink BS, dc[0] the aggregator per round.
+       relaxed phase): UE n its uplink/downlink BS, dc[0] the aggregator per round; then up
+       to `move_passes` passes of association moves (`solvers/assoc_moves.py`): each UE moves
+       its uplink or downlink BS where that lowers J with the rest held, priced by its rows'
+       hosts (the node-local counterpart of the central `repair_associations`).
     3. finishing phase: the same SCA with the indicators fixed, on the continuous variables,
        until converged (warm-started duals).
 * `decentralized-polish`: phases 1-2, then the central association repair
