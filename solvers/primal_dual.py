@@ -264,9 +264,12 @@ class InnerSolver:
         """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
         received by one broadcast)."""
         if self.mode == "centralized":
-            return c + maps[0] @ du + maps[1] @ (du * du)
-        lin_part, quad_part = self.comm.broadcast_product(self.plan, du, maps, (1, 2))
-        return c + lin_part + quad_part
+            lin_part, quad_part = maps[0] @ du, maps[1] @ (du * du)
+        else:
+            lin_part, quad_part = self.comm.broadcast_product(self.plan, du, maps, (1, 2))
+        np.add(c, lin_part, out=lin_part)      # (c + lin) + quad, in the products' arrays
+        lin_part += quad_part
+        return lin_part
 
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
@@ -326,31 +329,27 @@ class InnerSolver:
         st, k = self.st, self.k
         ul = lin.u
         a = self._live(lin.a)
-        absa = np.abs(a) * free[self._arows]
-        colsum = self._gather_cols(absa)
-        tau_inv = np.maximum(colsum, 1e-12) * k.rel
-        rowsum = np.bincount(self._arows, weights=absa, minlength=st.n_rows)
-        sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
+        tau_inv, sigma = self._pd_steps(a, free)
         y = np.where(free, self.lam, 0.0)
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
         du = st.project(ul + du) - ul
         maps = self._term_maps(a, L[self._arows])
         rmaps = self._row_maps(a, L)
+        held = np.flatnonzero(~free)
+        pen = np.where(free, 0.0, fixed)      # y + pen == np.where(free, y, fixed): y is 0 there
+        mult = np.empty(st.n_rows)
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(maps, np.where(free, y, fixed))
+            GH = self._row_terms(maps, np.add(y, pen, out=mult))
             H = q + GH[:, 1] + tau_inv
             v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
             du_new = st.project(v, 1.0 / H) - ul
-            Ct = self._row_values(lin.c, rmaps, 2.0 * du_new - du)
-            y_new = np.where(free, np.clip(y + sigma * Ct, 0.0, k.dual_cap), 0.0)
+            y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, 2.0 * du_new - du),
+                                    held)
             if it % 10 == 0 or it == k.inner_iters:
-                Cn = self._row_values(lin.c, rmaps, du_new)
-                kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, k.dual_cap) - y_new), 0.0)
-                pr = np.abs(du_new - du) * tau_inv       # at the primaries
-                res = self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+                res = self._kkt(lin.c, rmaps, du_new, du, y_new, free, tau_inv)
                 if res <= tol:
                     du, y = du_new, y_new
                     break
@@ -358,3 +357,32 @@ class InnerSolver:
         self.du_prev = du
         self.lam = np.where(free, y, self.lam)
         return ul + du, {"inner_iters": it, "residual": res}
+
+    def _pd_steps(self, a: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PDHG steps over the rows in `free`: (1/tau per shared variable, sigma per row)."""
+        k = self.k
+        absa = np.abs(a) * free[self._arows]
+        colsum = self._gather_cols(absa)
+        tau_inv = np.maximum(colsum, 1e-12) * k.rel
+        rowsum = np.bincount(self._arows, weights=absa, minlength=self.st.n_rows)
+        sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
+        return tau_inv, sigma
+
+    def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray
+                   ) -> np.ndarray:
+        """y+ = clip(y + sigma C~, 0, dual_cap), 0 at the held rows (in Ct's array)."""
+        z = np.multiply(sigma, Ct, out=Ct)
+        z += y
+        np.maximum(z, 0.0, out=z)
+        np.minimum(z, self.k.dual_cap, out=z)
+        z[held] = 0.0
+        return z
+
+    def _kkt(self, c, rmaps, du_new, du, y_new, free, tau_inv) -> float:
+        """Largest KKT residual over all rows and shared variables (dual: complementarity and
+        feasibility at du_new; primal: |du_new - du| / tau)."""
+        cap = self.k.dual_cap
+        Cn = self._row_values(c, rmaps, du_new)
+        kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
+        pr = np.abs(du_new - du) * tau_inv       # at the primaries
+        return self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
