@@ -47,8 +47,8 @@ copies, or their powers, to its own rows). Generic forms apply the maps and call
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
 (gather / one sparse product over the entries: the same sums; the composed collectives compose
 their maps with the plan once per surrogate, `reduce_product`'s stacked into one product) and
-charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It is checked against the generic rounds in
-`tests/test_dec_comm.py`.
+charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It
+is checked against the generic rounds in `tests/test_dec_comm.py`.
 
 Accounting (`Comm.counter`)
 ---------------------------
