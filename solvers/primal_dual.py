@@ -164,6 +164,8 @@ class InnerSolver:
             self.E = len(pl.entry_q)
             # this process's entry of the spanning tree (any node it holds: all equal)
             self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
+            self._row_groups = _groups(st.row_host)
+            self._var_groups = _groups(st.primary)
         self.set_active(None)
 
     def set_active(self, live: np.ndarray | None) -> None:
@@ -224,9 +226,9 @@ class InnerSolver:
         V = self.st.n_nodes
         node_max = np.zeros(V)
         if len(per_row):
-            np.maximum.at(node_max, self.st.row_host, per_row)
+            _group_max(node_max, per_row, self._row_groups)
         if per_var is not None and len(per_var):
-            np.maximum.at(node_max, self.st.primary, per_var)
+            _group_max(node_max, per_var, self._var_groups)
         ent = node_max[self.gplan.entry_node]
         top = self.comm.reduce(self.gplan, ent, op="max")
         return float(self.comm.broadcast(self.gplan, top)[self._gent])
@@ -257,8 +259,11 @@ class InnerSolver:
         entries (centralized: the shared variables)."""
         cols, ptr = self._aent, self._aindptr
         shape = (self.st.n_rows, self.E if self.mode == "decentralized" else self.st.n)
-        return (sp.csr_matrix((a, cols, ptr), shape=shape),
-                sp.csr_matrix((0.5 * L[self._arows], cols, ptr), shape=shape))
+        maps = (sp.csr_matrix((a, cols, ptr), shape=shape, copy=True),
+                sp.csr_matrix((0.5 * L[self._arows], cols, ptr), shape=shape, copy=True))
+        for M in maps:      # a zero coefficient adds 0 to its row's sum (d is finite)
+            M.eliminate_zeros()
+        return maps
 
     def _row_values(self, c: np.ndarray, maps: tuple, du: np.ndarray) -> np.ndarray:
         """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
@@ -330,24 +335,23 @@ class InnerSolver:
         ul = lin.u
         a = self._live(lin.a)
         tau_inv, sigma = self._pd_steps(a, free)
-        y = np.where(free, self.lam, 0.0)
+        held = np.flatnonzero(~free)
+        held_y = np.broadcast_to(np.asarray(fixed, float), free.shape)[held]
+        y = np.where(free, self.lam, fixed)   # the multipliers the rows send (held: fixed)
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
         du = st.project(ul + du) - ul
         maps = self._term_maps(a, L[self._arows])
         rmaps = self._row_maps(a, L)
-        held = np.flatnonzero(~free)
-        pen = np.where(free, 0.0, fixed)      # y + pen == np.where(free, y, fixed): y is 0 there
-        mult = np.empty(st.n_rows)
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(maps, np.add(y, pen, out=mult))
+            GH = self._row_terms(maps, y)
             H = q + GH[:, 1] + tau_inv
             v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
             du_new = st.project(v, 1.0 / H) - ul
             y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, 2.0 * du_new - du),
-                                    held)
+                                    held, held_y)
             if it % 10 == 0 or it == k.inner_iters:
                 res = self._kkt(lin.c, rmaps, du_new, du, y_new, free, tau_inv)
                 if res <= tol:
@@ -368,14 +372,13 @@ class InnerSolver:
         sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
         return tau_inv, sigma
 
-    def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray
-                   ) -> np.ndarray:
-        """y+ = clip(y + sigma C~, 0, dual_cap), 0 at the held rows (in Ct's array)."""
+    def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray,
+                   held_y: np.ndarray) -> np.ndarray:
+        """y+ = clip(y + sigma C~, 0, dual_cap), held_y at the held rows (in Ct's array)."""
         z = np.multiply(sigma, Ct, out=Ct)
         z += y
-        np.maximum(z, 0.0, out=z)
-        np.minimum(z, self.k.dual_cap, out=z)
-        z[held] = 0.0
+        np.clip(z, 0.0, self.k.dual_cap, out=z)
+        z[held] = held_y
         return z
 
     def _kkt(self, c, rmaps, du_new, du, y_new, free, tau_inv) -> float:
@@ -386,3 +389,21 @@ class InnerSolver:
         kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
         pr = np.abs(du_new - du) * tau_inv       # at the primaries
         return self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+
+
+def _groups(owner: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Values indexed like `owner` grouped by owner: (order, or None where `owner` is sorted;
+    the start of each group in the ordered values; the owner of each group)."""
+    owner = np.asarray(owner)
+    order = np.argsort(owner, kind="stable")
+    if np.array_equal(order, np.arange(len(owner))):
+        order = None
+    nodes, starts = np.unique(owner if order is None else owner[order], return_index=True)
+    return order, starts, nodes
+
+
+def _group_max(out: np.ndarray, vals: np.ndarray, groups: tuple) -> None:
+    """out[d] = max(out[d], max of vals over owner d) (`np.maximum.at` by groups)."""
+    order, starts, nodes = groups
+    v = vals if order is None else vals[order]
+    out[nodes] = np.maximum(out[nodes], np.maximum.reduceat(v, starts))
