@@ -41,8 +41,8 @@ and the runs part).
 Two composed collectives serve the inner loop: `reduce_product(plan, maps, x)` (each node maps
 its own data x to its entries by sparse maps, then one reduce carries all of them) and
 `broadcast_product(plan, root_values, maps, powers)` (one broadcast, then each node maps its
-copies, or their powers, to its own rows). Generic forms apply the maps and call `reduce` /
-`broadcast`.
+copies, or their powers, to its own rows; `broadcast_sum`: the maps' results added up).
+Generic forms apply the maps and call `reduce` / `broadcast`.
 
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
 (gather / one sparse product over the entries: the same sums; the composed collectives compose
@@ -365,6 +365,16 @@ class Comm:
         e = self.broadcast(plan, root_values)
         return [S @ (e if p == 1 else e ** p) for S, p in zip(maps, powers)]
 
+    def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
+                      maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
+        """``sum(broadcast_product(plan, root_values, maps, powers))``: each node's rows' terms
+        added up (e.g. a row's linear plus quadratic part); one broadcast."""
+        parts = self.broadcast_product(plan, root_values, maps, powers)
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
+        return out
+
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)
         vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])
@@ -472,6 +482,17 @@ class LocalComm(Comm):
             M = cached_on_plan(plan, ("at_root", j), S, lambda: _at_root(plan, S))
             out.append(M @ (rv if p == 1 else rv ** p))
         return out
+
+    def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
+                      maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
+        """`Comm.broadcast_sum` up to the rounding of the sums: the composed maps side by
+        side, one product with the root values' powers stacked (each row's terms in one
+        sum)."""
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        M = cached_on_plan(plan, ("at_root_sum",), tuple(maps), lambda: sp.hstack(
+            [_at_root(plan, S) for S in maps], format="csr"))
+        return M @ np.concatenate([rv if p == 1 else rv ** p for p in powers])
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
         self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)

@@ -28,7 +28,7 @@ Who does what (`mode="decentralized"`, every step node-local plus `Comm` message
   * the primary of shared variable i computes G_i, H_i, u_i (it receives the terms y_k a_ki,
     y_k L_k of every row k that reads i by `Comm.reduce_product`, 2 floats per entry: each
     host applies its own per-surrogate maps, `_term_maps`, to its rows' multipliers);
-  * du reaches every node holding a copy or reading it by `Comm.broadcast_product` (1 float),
+  * du reaches every node holding a copy or reading it by `Comm.broadcast_sum` (1 float),
     whose host maps (`_row_maps`) give its rows' a_k^T du and L_k/2 |du|^2;
   * the host of row k keeps Lam_k (only its own rows: sparse duals) and updates it from
     C~_k, which it evaluates on its copies;
@@ -269,12 +269,12 @@ class InnerSolver:
         """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
         received by one broadcast)."""
         if self.mode == "centralized":
-            lin_part, quad_part = maps[0] @ du, maps[1] @ (du * du)
+            out = maps[0] @ du
+            out += maps[1] @ (du * du)
         else:
-            lin_part, quad_part = self.comm.broadcast_product(self.plan, du, maps, (1, 2))
-        np.add(c, lin_part, out=lin_part)      # (c + lin) + quad, in the products' arrays
-        lin_part += quad_part
-        return lin_part
+            out = self.comm.broadcast_sum(self.plan, du, maps, (1, 2))
+        out += c
+        return out
 
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
