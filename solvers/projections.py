@@ -310,11 +310,13 @@ class WeightedBatch:
     current active set, so a step from the right segment lands on the root. A row is accepted
     when ``|s(mu) - t| <= rtol (|t| + 1)`` (knapsacks: or ``mu = 0`` with ``s(0) <= t``); rows
     not accepted after ``newton`` steps (a step across several breakpoints, a flat segment) are
-    solved by the exact sort-based method (`_weighted_eq`)."""
+    solved by the exact sort-based method (`_weighted_eq`). Column-major (Fortran-ordered)
+    inputs are the fast layout: the per-row multipliers then broadcast along whole columns."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, total: np.ndarray, eq: np.ndarray, *,
                  newton: int = 3, rtol: float = 1e-13):
-        self.L, self.H = np.asarray(lo, float), np.asarray(hi, float)
+        self.L = np.asfortranarray(lo, dtype=float)
+        self.H = np.asfortranarray(hi, dtype=float)
         self.t = np.asarray(total, float)
         self.eq = np.asarray(eq, bool)
         self.floor = np.where(self.eq, -np.inf, 0.0)     # knapsacks: mu >= 0
@@ -402,10 +404,10 @@ class WeightedBatch:
 
 
 def _row_sums(Y: np.ndarray) -> np.ndarray:
-    """Y.sum(axis=1); rows narrower than 8 by column adds (the sequential order numpy uses
-    below 8 terms, without its per-row reduction overhead)."""
+    """Y.sum(axis=1) as numpy sums a row-major row; rows narrower than 8 by column adds (the
+    sequential order numpy uses below 8 terms, without its per-row reduction overhead)."""
     if Y.shape[1] >= 8 or Y.shape[1] == 0:
-        return Y.sum(axis=1)
+        return np.ascontiguousarray(Y).sum(axis=1)
     out = Y[:, 0].copy()
     for j in range(1, Y.shape[1]):
         out += Y[:, j]
