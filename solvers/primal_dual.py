@@ -346,12 +346,10 @@ class InnerSolver:
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(maps, y)
-            H = q + GH[:, 1] + tau_inv
-            v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
-            du_new = st.project(v, 1.0 / H) - ul
-            y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, 2.0 * du_new - du),
-                                    held, held_y)
+            du_new = self._primal_step(lin, q, tau_inv, self._row_terms(maps, y), du)
+            d_bar = 2.0 * du_new
+            d_bar -= du
+            y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, d_bar), held, held_y)
             if it % 10 == 0 or it == k.inner_iters:
                 res = self._kkt(lin.c, rmaps, du_new, du, y_new, free, tau_inv)
                 if res <= tol:
@@ -371,6 +369,21 @@ class InnerSolver:
         rowsum = np.bincount(self._arows, weights=absa, minlength=self.st.n_rows)
         sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
         return tau_inv, sigma
+
+    def _primal_step(self, lin: Linearisation, q: np.ndarray, tau_inv: np.ndarray,
+                     GH: np.ndarray, du: np.ndarray) -> np.ndarray:
+        """du+ = argmin over D of G^T du + H/2 du^2 + 1/(2 tau) |du - du_prev|^2, with
+        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring)."""
+        H = q + GH[:, 1]
+        H += tau_inv
+        v = du * tau_inv
+        v -= lin.g
+        v -= GH[:, 0]
+        v /= H
+        v += lin.u
+        du_new = self.st.project(v, np.divide(1.0, H, out=H))
+        du_new -= lin.u
+        return du_new
 
     def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray,
                    held_y: np.ndarray) -> np.ndarray:
