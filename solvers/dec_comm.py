@@ -41,14 +41,14 @@ and the runs part).
 Two composed collectives serve the inner loop: `reduce_product(plan, maps, x)` (each node maps
 its own data x to its entries by sparse maps, then one reduce carries all of them) and
 `broadcast_product(plan, root_values, maps, powers)` (one broadcast, then each node maps its
-copies, or their powers, to its own rows). Generic forms apply the maps and call `reduce` /
-`broadcast`.
+copies, or their powers, to its own rows; `broadcast_sum`: the maps' results added up).
+Generic forms apply the maps and call `reduce` / `broadcast`.
 
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
 (gather / one sparse product over the entries: the same sums; the composed collectives compose
-each map with the plan once per map and slot) and charges the messages the generic rounds
-would send (tallied per kind, added at `snapshot`). It is checked against the generic rounds in
-`tests/test_dec_comm.py`.
+their maps with the plan once per surrogate, `reduce_product`'s stacked into one product) and
+charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It
+is checked against the generic rounds in `tests/test_dec_comm.py`.
 
 Accounting (`Comm.counter`)
 ---------------------------
@@ -365,6 +365,16 @@ class Comm:
         e = self.broadcast(plan, root_values)
         return [S @ (e if p == 1 else e ** p) for S, p in zip(maps, powers)]
 
+    def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
+                      maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
+        """``sum(broadcast_product(plan, root_values, maps, powers))``: each node's rows' terms
+        added up (e.g. a row's linear plus quadratic part); one broadcast."""
+        parts = self.broadcast_product(plan, root_values, maps, powers)
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
+        return out
+
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)
         vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])
@@ -445,15 +455,13 @@ class LocalComm(Comm):
 
     def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
                        ) -> np.ndarray:
-        """Same sums as `Comm.reduce_product`, with ``plan.summer() @ S`` composed once per
-        map."""
+        """Same sums as `Comm.reduce_product`: the maps ``plan.summer() @ S`` composed once
+        and stacked, one product for all of them (an (n_quantities, len(maps)) view)."""
         xv = np.asarray(x, float)
         self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
-        out = np.empty((plan.n_quantities, len(maps)))
-        for j, S in enumerate(maps):
-            out[:, j] = cached_on_plan(plan, ("product", j), S,
-                                       lambda: (plan.summer() @ S).tocsr()) @ xv
-        return out
+        M = cached_on_plan(plan, ("product",), tuple(maps), lambda: sp.vstack(
+            [(plan.summer() @ S).tocsr() for S in maps], format="csr"))
+        return (M @ xv).reshape(len(maps), plan.n_quantities).T
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
                        ) -> np.ndarray:
@@ -475,6 +483,17 @@ class LocalComm(Comm):
             out.append(M @ (rv if p == 1 else rv ** p))
         return out
 
+    def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
+                      maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
+        """`Comm.broadcast_sum` up to the rounding of the sums: the composed maps side by
+        side, one product with the root values' powers stacked (each row's terms in one
+        sum)."""
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, rv)
+        M = cached_on_plan(plan, ("at_root_sum",), tuple(maps), lambda: sp.hstack(
+            [_at_root(plan, S) for S in maps], format="csr"))
+        return M @ np.concatenate([rv if p == 1 else rv ** p for p in powers])
+
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
         self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
 
@@ -493,12 +512,19 @@ class LocalComm(Comm):
 def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
                    ) -> Any:
     """A value derived from (plan, owner), kept on the plan in slot `key` until another owner
-    comes for that slot (one entry per slot: a new surrogate's maps replace the last ones)."""
+    comes for that slot (one entry per slot: a new surrogate's maps replace the last ones).
+    Owners compare by identity; a tuple owner element by element."""
     cache = plan._derived
     hit = cache.get(key)
-    if hit is None or hit[0] is not owner:
+    if hit is None or not _same_owner(hit[0], owner):
         hit = cache[key] = (owner, make())
     return hit[1]
+
+
+def _same_owner(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
 
 
 def _at_root(plan: RelayPlan, S: sp.spmatrix) -> sp.csr_matrix:

@@ -28,7 +28,7 @@ Who does what (`mode="decentralized"`, every step node-local plus `Comm` message
   * the primary of shared variable i computes G_i, H_i, u_i (it receives the terms y_k a_ki,
     y_k L_k of every row k that reads i by `Comm.reduce_product`, 2 floats per entry: each
     host applies its own per-surrogate maps, `_term_maps`, to its rows' multipliers);
-  * du reaches every node holding a copy or reading it by `Comm.broadcast_product` (1 float),
+  * du reaches every node holding a copy or reading it by `Comm.broadcast_sum` (1 float),
     whose host maps (`_row_maps`) give its rows' a_k^T du and L_k/2 |du|^2;
   * the host of row k keeps Lam_k (only its own rows: sparse duals) and updates it from
     C~_k, which it evaluates on its copies;
@@ -167,6 +167,8 @@ class InnerSolver:
             self.E = len(pl.entry_q)
             # this process's entry of the spanning tree (any node it holds: all equal)
             self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
+            self._row_groups = _groups(st.row_host)
+            self._var_groups = _groups(st.primary)
         self.set_active(None)
 
     def set_active(self, live: np.ndarray | None) -> None:
@@ -227,9 +229,9 @@ class InnerSolver:
         V = self.st.n_nodes
         node_max = np.zeros(V)
         if len(per_row):
-            np.maximum.at(node_max, self.st.row_host, per_row)
+            _group_max(node_max, per_row, self._row_groups)
         if per_var is not None and len(per_var):
-            np.maximum.at(node_max, self.st.primary, per_var)
+            _group_max(node_max, per_var, self._var_groups)
         ent = node_max[self.gplan.entry_node]
         top = self.comm.reduce(self.gplan, ent, op="max")
         return float(self.comm.broadcast(self.gplan, top)[self._gent])
@@ -260,16 +262,22 @@ class InnerSolver:
         entries (centralized: the shared variables)."""
         cols, ptr = self._aent, self._aindptr
         shape = (self.st.n_rows, self.E if self.mode == "decentralized" else self.st.n)
-        return (sp.csr_matrix((a, cols, ptr), shape=shape),
-                sp.csr_matrix((0.5 * L[self._arows], cols, ptr), shape=shape))
+        maps = (sp.csr_matrix((a, cols, ptr), shape=shape, copy=True),
+                sp.csr_matrix((0.5 * L[self._arows], cols, ptr), shape=shape, copy=True))
+        for M in maps:      # a zero coefficient adds 0 to its row's sum (d is finite)
+            M.eliminate_zeros()
+        return maps
 
     def _row_values(self, c: np.ndarray, maps: tuple, du: np.ndarray) -> np.ndarray:
         """C~_k(u) = c_k + a_k^T du + L_k/2 |du_{S_k}|^2 at the hosts (from their copies of du,
         received by one broadcast)."""
         if self.mode == "centralized":
-            return c + maps[0] @ du + maps[1] @ (du * du)
-        lin_part, quad_part = self.comm.broadcast_product(self.plan, du, maps, (1, 2))
-        return c + lin_part + quad_part
+            out = maps[0] @ du
+            out += maps[1] @ (du * du)
+        else:
+            out = self.comm.broadcast_sum(self.plan, du, maps, (1, 2))
+        out += c
+        return out
 
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
@@ -329,12 +337,10 @@ class InnerSolver:
         st, k = self.st, self.k
         ul = lin.u
         a = self._live(lin.a)
-        absa = np.abs(a) * free[self._arows]
-        colsum = self._gather_cols(absa)
-        tau_inv = np.maximum(colsum, 1e-12) * k.rel
-        rowsum = np.bincount(self._arows, weights=absa, minlength=st.n_rows)
-        sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
-        y = np.where(free, self.lam, 0.0)
+        tau_inv, sigma = self._pd_steps(a, free)
+        held = np.flatnonzero(~free)
+        held_y = np.broadcast_to(np.asarray(fixed, float), free.shape)[held]
+        y = np.where(free, self.lam, fixed)   # the multipliers the rows send (held: fixed)
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
         du = st.project(ul + du) - ul
@@ -343,17 +349,12 @@ class InnerSolver:
         res = np.inf
         it = 0
         for it in range(1, k.inner_iters + 1):
-            GH = self._row_terms(maps, np.where(free, y, fixed))
-            H = q + GH[:, 1] + tau_inv
-            v = ul + (du * tau_inv - lin.g - GH[:, 0]) / H
-            du_new = st.project(v, 1.0 / H) - ul
-            Ct = self._row_values(lin.c, rmaps, 2.0 * du_new - du)
-            y_new = np.where(free, np.clip(y + sigma * Ct, 0.0, k.dual_cap), 0.0)
+            du_new = self._primal_step(lin, q, tau_inv, self._row_terms(maps, y), du)
+            d_bar = 2.0 * du_new
+            d_bar -= du
+            y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, d_bar), held, held_y)
             if it % 10 == 0 or it == k.inner_iters:
-                Cn = self._row_values(lin.c, rmaps, du_new)
-                kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, k.dual_cap) - y_new), 0.0)
-                pr = np.abs(du_new - du) * tau_inv       # at the primaries
-                res = self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+                res = self._kkt(lin.c, rmaps, du_new, du, y_new, free, tau_inv)
                 if res <= tol:
                     du, y = du_new, y_new
                     break
@@ -361,3 +362,64 @@ class InnerSolver:
         self.du_prev = du
         self.lam = np.where(free, y, self.lam)
         return ul + du, {"inner_iters": it, "residual": res}
+
+    def _pd_steps(self, a: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PDHG steps over the rows in `free`: (1/tau per shared variable, sigma per row)."""
+        k = self.k
+        absa = np.abs(a) * free[self._arows]
+        colsum = self._gather_cols(absa)
+        tau_inv = np.maximum(colsum, 1e-12) * k.rel
+        rowsum = np.bincount(self._arows, weights=absa, minlength=self.st.n_rows)
+        sigma = np.where(free & (rowsum > 0), 1.0 / (k.rel * np.maximum(rowsum, 1e-300)), 0.0)
+        return tau_inv, sigma
+
+    def _primal_step(self, lin: Linearisation, q: np.ndarray, tau_inv: np.ndarray,
+                     GH: np.ndarray, du: np.ndarray) -> np.ndarray:
+        """du+ = argmin over D of G^T du + H/2 du^2 + 1/(2 tau) |du - du_prev|^2, with
+        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring)."""
+        H = q + GH[:, 1]
+        H += tau_inv
+        v = du * tau_inv
+        v -= lin.g
+        v -= GH[:, 0]
+        v /= H
+        v += lin.u
+        du_new = self.st.project(v, np.divide(1.0, H, out=H))
+        du_new -= lin.u
+        return du_new
+
+    def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray,
+                   held_y: np.ndarray) -> np.ndarray:
+        """y+ = clip(y + sigma C~, 0, dual_cap), held_y at the held rows (in Ct's array)."""
+        z = np.multiply(sigma, Ct, out=Ct)
+        z += y
+        np.clip(z, 0.0, self.k.dual_cap, out=z)
+        z[held] = held_y
+        return z
+
+    def _kkt(self, c, rmaps, du_new, du, y_new, free, tau_inv) -> float:
+        """Largest KKT residual over all rows and shared variables (dual: complementarity and
+        feasibility at du_new; primal: |du_new - du| / tau)."""
+        cap = self.k.dual_cap
+        Cn = self._row_values(c, rmaps, du_new)
+        kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
+        pr = np.abs(du_new - du) * tau_inv       # at the primaries
+        return self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+
+
+def _groups(owner: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Values indexed like `owner` grouped by owner: (order, or None where `owner` is sorted;
+    the start of each group in the ordered values; the owner of each group)."""
+    owner = np.asarray(owner)
+    order = np.argsort(owner, kind="stable")
+    if np.array_equal(order, np.arange(len(owner))):
+        order = None
+    nodes, starts = np.unique(owner if order is None else owner[order], return_index=True)
+    return order, starts, nodes
+
+
+def _group_max(out: np.ndarray, vals: np.ndarray, groups: tuple) -> None:
+    """out[d] = max(out[d], max of vals over owner d) (`np.maximum.at` by groups)."""
+    order, starts, nodes = groups
+    v = vals if order is None else vals[order]
+    out[nodes] = np.maximum(out[nodes], np.maximum.reduceat(v, starts))

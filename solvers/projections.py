@@ -310,11 +310,13 @@ class WeightedBatch:
     current active set, so a step from the right segment lands on the root. A row is accepted
     when ``|s(mu) - t| <= rtol (|t| + 1)`` (knapsacks: or ``mu = 0`` with ``s(0) <= t``); rows
     not accepted after ``newton`` steps (a step across several breakpoints, a flat segment) are
-    solved by the exact sort-based method (`_weighted_eq`)."""
+    solved by the exact sort-based method (`_weighted_eq`). Column-major (Fortran-ordered)
+    inputs are the fast layout: the per-row multipliers then broadcast along whole columns."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, total: np.ndarray, eq: np.ndarray, *,
                  newton: int = 3, rtol: float = 1e-13):
-        self.L, self.H = np.asarray(lo, float), np.asarray(hi, float)
+        self.L = np.asfortranarray(lo, dtype=float)
+        self.H = np.asfortranarray(hi, dtype=float)
         self.t = np.asarray(total, float)
         self.eq = np.asarray(eq, bool)
         self.floor = np.where(self.eq, -np.inf, 0.0)     # knapsacks: mu >= 0
@@ -326,11 +328,13 @@ class WeightedBatch:
     def __call__(self, X: np.ndarray, W: np.ndarray) -> np.ndarray:
         mu = self.mu
         # the usual case on all rows at once: the warm start, one Newton step, its check
-        Y, ok, wf = self._check(X, W, self.L, self.H, self.t, self.tol, self.floor, mu, True)
+        Z, Y, r = self._eval(X, W, self.L, self.H, self.t, mu)
+        ok = self._ok(r, self.tol, mu, self.floor)
         if not ok.all():
-            mu = self._step(mu, ok, wf, Y.sum(axis=1) - self.t, self.floor)
-            Y, ok, _ = self._check(X, W, self.L, self.H, self.t, self.tol, self.floor, mu,
-                                   False)
+            wf = self._slope(Z, W, self.L, self.H)
+            mu = self._step(mu, ok, wf, r, self.floor)
+            _, Y, r = self._eval(X, W, self.L, self.H, self.t, mu)
+            ok = self._ok(r, self.tol, mu, self.floor)
             if not ok.all():
                 mu = mu.copy()
                 todo = np.flatnonzero(~ok)
@@ -339,15 +343,29 @@ class WeightedBatch:
         return Y
 
     @staticmethod
-    def _check(X, W, L, H, t, tol, floor, mu, want_slope):
-        """y(mu), which rows it solves, and (if wanted) the slope sum of w over free entries."""
-        Z = X - W * mu[:, None]
-        Y = np.minimum(np.maximum(Z, L), H)
-        r = Y.sum(axis=1) - t
+    def _eval(X, W, L, H, t, mu):
+        """z = x - w mu, y(mu) = clip(z, lo, hi) and the residuals r = sum y(mu) - t."""
+        Z = W * mu[:, None]
+        np.subtract(X, Z, out=Z)
+        Y = np.maximum(Z, L)
+        np.minimum(Y, H, out=Y)
+        r = _row_sums(Y)
+        r -= t
+        return Z, Y, r
+
+    @staticmethod
+    def _ok(r, tol, mu, floor):
+        """Rows that y(mu) solves: |r| within tol, or a knapsack at mu = 0 with slack."""
         ok = np.abs(r) <= tol
         ok |= (r <= 0.0) & (mu <= floor)
-        wf = np.where((Z > L) & (Z < H), W, 0.0).sum(axis=1) if want_slope else None
-        return Y, ok, wf
+        return ok
+
+    @staticmethod
+    def _slope(Z, W, L, H):
+        """Per row, the sum of w over the free entries (lo < z < hi): -ds/dmu."""
+        free = Z > L
+        free &= Z < H
+        return _row_sums(np.where(free, W, 0.0))
 
     @staticmethod
     def _step(mu, ok, wf, r, floor):
@@ -363,13 +381,14 @@ class WeightedBatch:
         Y = np.empty_like(X)
         left = np.arange(len(todo))
         for _ in range(self.newton - 1):
-            Ys, ok, wf = self._check(X[left], W[left], L[left], H[left], t[left], tol[left],
-                                     floor[left], m[left], True)
+            Zs, Ys, r = self._eval(X[left], W[left], L[left], H[left], t[left], m[left])
+            ok = self._ok(r, tol[left], m[left], floor[left])
             Y[left[ok]] = Ys[ok]
             if ok.all():
                 left = left[:0]
                 break
-            m[left] = self._step(m[left], ok, wf, Ys.sum(axis=1) - t[left], floor[left])
+            wf = self._slope(Zs, W[left], L[left], H[left])
+            m[left] = self._step(m[left], ok, wf, r, floor[left])
             left = left[~ok]
         if len(left):
             self.fallback_rows += len(left)
@@ -382,6 +401,17 @@ class WeightedBatch:
             m[left] = _multiplier(Xs, Ws, Ys, Ls, Hs, m[left], floor[left])
         mu[todo] = m
         return Y
+
+
+def _row_sums(Y: np.ndarray) -> np.ndarray:
+    """Y.sum(axis=1) as numpy sums a row-major row; rows narrower than 8 by column adds (the
+    sequential order numpy uses below 8 terms, without its per-row reduction overhead)."""
+    if Y.shape[1] >= 8 or Y.shape[1] == 0:
+        return np.ascontiguousarray(Y).sum(axis=1)
+    out = Y[:, 0].copy()
+    for j in range(1, Y.shape[1]):
+        out += Y[:, j]
+    return out
 
 
 def _multiplier(X, W, Y, L, H, mu_old, floor):

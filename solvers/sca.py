@@ -519,7 +519,8 @@ class DecStructure:
                 keep = self._local[idx[:, 0]]
                 idx, lo, hi, tot, eq = idx[keep], lo[keep], hi[keep], tot[keep], eq[keep]
             if len(idx):   # one warm-started batch per metric (the weighted steps, the plain one)
-                self._batches.append({"idx": idx, "ones": np.ones(idx.shape),
+                idx = np.asfortranarray(idx)      # column-major: `WeightedBatch`'s fast layout
+                self._batches.append({"idx": idx, "ones": np.ones(idx.shape, order="F"),
                                       "batch": P.WeightedBatch(lo, hi, tot, eq),
                                       "unit": P.WeightedBatch(lo, hi, tot, eq)})
 

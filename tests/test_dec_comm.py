@@ -73,8 +73,9 @@ def test_relay_goes_through_the_path():
 
 @pytest.mark.parametrize("preset", ["small", "paper"])
 def test_composed_collectives_equal_the_message_rounds(preset):
-    """LocalComm's reduce_product / broadcast_product (maps composed with the plan once) give
-    what the message rounds give on the per-entry values, and charge the same messages."""
+    """LocalComm's reduce_product / broadcast_product / broadcast_sum (maps composed with the
+    plan once) give what the message rounds give on the per-entry values, and charge the same
+    messages."""
     import scipy.sparse as sp
     inst = make_instance(preset, seed=4)
     g = inst.graph()
@@ -108,6 +109,12 @@ def test_composed_collectives_equal_the_message_rounds(preset):
     np.testing.assert_allclose(got[0], rmaps[0] @ e, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got[1], rmaps[1] @ (e * e), rtol=0, atol=1e-12)
     assert np.array_equal(m_fast, m_slow) and np.array_equal(b_fast, b_slow)
+    total = comm.broadcast_sum(plan, rv, rmaps, (1, 2))
+    m_sum, b_sum = comm.snapshot()
+    np.testing.assert_allclose(total, rmaps[0] @ e + rmaps[1] @ (e * e), rtol=0, atol=1e-12)
+    assert np.array_equal(m_sum, m_slow) and np.array_equal(b_sum, b_slow)
     # the generic (message-round) forms of the composed collectives agree too
     gen = Comm.reduce_product(comm, plan, maps, x)
     np.testing.assert_allclose(gen, truth, rtol=0, atol=1e-12)
+    gen = Comm.broadcast_sum(comm, plan, rv, rmaps, (1, 2))
+    np.testing.assert_allclose(gen, total, rtol=0, atol=1e-12)
