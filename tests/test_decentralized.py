@@ -419,7 +419,7 @@ def test_finishing_phase_descends_and_stops_when_J_stalls():
         J = np.array([r["obj_model"] for r in fin])
         return np.diff(J) / np.maximum(1.0, np.abs(J[:-1]))
 
-    inst = make_instance("small", seed=4, rounds=3)   # J rises here without descent
+    inst = make_instance("small", seed=5, rounds=3)   # J rises here without descent
     assert np.all(finishing_J(inst) <= 1e-8)
     assert np.any(finishing_J(inst, descent=False) > 1e-8)
     paper, W = make_instance("paper", seed=0, rounds=2), 3
