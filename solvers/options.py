@@ -308,7 +308,8 @@ class DecentralizedOptions(MethodOptions):
                                   "objective (the outer step zeta is halved)", **_preset())
     stall_tol: float | None = option(None, "finishing phase: stop ('stalled') when the objective "
                                      "fell by at most this (relative) over the last "
-                                     "stall_window accepted outer iterations (0: off)",
+                                     "stall_window outer iterations, accepted or "
+                                     "rejected (0: off)",
                                      check=at_least(0), **_preset())
     stall_window: int | None = option(None, "outer iterations of the stall test",
                                       check=at_least(1), **_preset())

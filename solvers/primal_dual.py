@@ -75,7 +75,8 @@ class PDConstants:
     can be nonzero with the indicators fixed (`sca.DecStructure.live_entries`).
     descent: in the finishing phase, a step that raises J is rejected (zeta halved).
     stall_tol, stall_window: the finishing phase stops ("stalled") when J fell by at most
-    stall_tol x max(1, |J|) over the last stall_window accepted outer iterations (0: off).
+    stall_tol x max(1, |J|) over the last stall_window outer iterations, accepted or rejected
+    (0: off).
     move_passes: passes of association moves between rounding and the finishing phase
     (`solvers/assoc_moves.py`; 0: off)."""
     lambda1: float = 0.03

@@ -926,8 +926,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     indicator binary; "binary" (phase relaxed) when every indicator has been binary and the
     violation <= viol_tol for `binary_patience` accepted iterations in a row (a rejected step
     in between neither counts nor breaks the run: it leaves u unchanged); "stalled" (phase
-    fixed, `stall_tol` > 0) when J at the accepted points fell by at most stall_tol x max(1, |J|)
-    over the last `stall_window` of them with the violation <= viol_tol (no stationarity
+    fixed, `stall_tol` > 0) when J at the current point fell by at most stall_tol x max(1, |J|)
+    over the last `stall_window` outer iterations, accepted or rejected (a rejected one costs a
+    surrogate solve and leaves J where it was), with the violation <= viol_tol (no stationarity
     claim: the inexact inner solves leave a floor under the step tests); else "max_outer".
     global_max(per-row values) -> float: the max over all hosts (a message-passing max in the
     decentralised method).
@@ -964,7 +965,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     tol_in = 1e-4
     fnorm = st.row_norm[force]
     settled = 0                  # consecutive accepted iterations with binaries and rows held
-    f_acc = [lin.f]              # J at the accepted points (the stall test)
+    f_hist = [lin.f]             # J at the current point after each outer iteration (stall)
     live = inner.live            # S_k: the row's live entries (None: all)
     for it in range(max_outer):
         forcing_on = phase == "relaxed" and it >= k.force_after
@@ -1039,17 +1040,18 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
                     and binary_ok:
                 reason = "converged"
                 break
-            f_acc.append(lin.f)
-            if phase == "fixed" and k.stall_tol > 0 and len(f_acc) > k.stall_window \
-                    and viol_next <= k.viol_tol and f_acc[-1 - k.stall_window] - f_acc[-1] \
-                    <= k.stall_tol * max(1.0, abs(f_acc[-1])):
-                reason = "stalled"
-                break
             settled = settled + 1 if (phase == "relaxed" and binary_ok
                                       and viol_next <= k.viol_tol) else 0
             if k.binary_patience and settled >= k.binary_patience:
                 reason = "binary"
                 break
+        f_hist.append(lin.f)     # J at the current point: unchanged by a rejected step
+        if phase == "fixed" and k.stall_tol > 0 and len(f_hist) > k.stall_window \
+                and (viol_now if rejected else viol_next) <= k.viol_tol \
+                and f_hist[-1 - k.stall_window] - f_hist[-1] \
+                <= k.stall_tol * max(1.0, abs(f_hist[-1])):
+            reason = "stalled"
+            break
         if stop:
             reason = "stopped"
             break
