@@ -17,15 +17,17 @@ rest held; `tests/test_assoc_moves.py` checks the claim against the model):
   and picks its best trial (a strictly lower J).
 
 The trials chosen in one pass are applied together. Their joint change is at most the sum of
-their predicted changes when (i) no row reads two groups (checked) and (ii) at each local
-epigraph variable the chosen trials either all lower it or all raise it: a max falls by at
-least the sum of its rows' separate falls and rises by at most the largest separate rise.
+their predicted changes when (i) no row reads two groups (checked) and (ii) no local
+epigraph variable has one chosen trial lowering it while another raises one of its rows: a max
+falls by at least the sum of its rows' separate falls and rises by at most the largest
+separate rise.
 Where both kinds meet at a variable, the hosts keep the kind of the best trial there and veto
 the other (one broadcast of the choices and their gains, one reduce of the vetoes); the best
-trial overall always stays, so a pass with a proposal moves. After each pass the epigraph variables are tightened (moved to the
-max of their rows, inner levels first) and J is re-evaluated; a pass that did not lower it is
-undone (a check, never seen to fire). Messages: per pass one broadcast of g and of u to the
-rows' hosts, two reduces and one broadcast over the same relay trees, the global tests.
+trial overall always stays, so a pass with a proposal moves. After each pass the epigraph
+variables are tightened (moved to the max of their rows, inner levels first) and J is
+re-evaluated; a pass that did not lower it is undone (a safeguard of the bound). Messages
+per pass: broadcasts of g, u, the choices and their gains to the rows' hosts, reduces of the
+trials' parts and of the vetoes over the same relay trees, the global tests.
 """
 from __future__ import annotations
 

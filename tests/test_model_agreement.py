@@ -434,7 +434,8 @@ def test_convex_sets_hold_the_simplices():
 def test_every_copy_has_one_consensus_link_to_its_owner():
     """Each non-owner copy appears in exactly one consensus equality, whose other side is the
     owner's variable (paper eqn: local copy 1-2); owners: UE n for rho_nb, I_nb, I_bn; BS b for
-    rho_bs, R_bs and its max_n dD_nb (eNBb); DC 0 for I_s, dA, dR and the bound's global epigraph variables."""
+    rho_bs, R_bs and its max_n dD_nb (eNBb); DC 0 for I_s, dA, dR and the bound's global
+    epigraph variables."""
     m = _model("small", 2, "corollary")
     inst = _instance("small", 2)
     owner = variable_owner_map(m)
