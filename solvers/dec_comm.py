@@ -19,7 +19,10 @@ Two collectives run on a plan:
 * `broadcast(plan, root_values)`: the root's value reaches every tree node (root -> leaves,
   one exchange round per tree level);
 * `reduce(plan, entry_values)`: the sum over the tree's entries reaches the root (leaves ->
-  root, each node adds its children's partial sums to its own value before forwarding).
+  root: each node forwards its own entry's value with the raw values its children's subtrees
+  sent it, and the root adds all of its tree's entries in entry order, so every backend and
+  every partition of the nodes over processes computes the same floating-point sum; a max
+  forwards the max of its entry and its children's).
 
 Interface for backends (what an MPI backend implements)
 -------------------------------------------------------
@@ -33,10 +36,9 @@ holds) gets both collectives. An mpi4py backend maps nodes to ranks (keeping gra
 together), builds a distributed-graph communicator over the rank graph
 (`Create_dist_graph_adjacent`) and implements `exchange` with one `neighbor_alltoallv` per
 round (messages between nodes on the same rank stay local); entry arrays then hold only the
-entries of `local_nodes` (in node order). Backends may add partial sums in different orders,
-so results agree to rounding, not bit for bit (over a few outer iterations the solver's
-objective to ~1e-9 relative or better; over long runs the rounding can flip a step's acceptance
-and the runs part).
+entries of `local_nodes` (in node order). Every backend adds in the same order (`reduce`
+above, and each node's own sums by the same sparse products), so the solver's iterates agree
+bit for bit across backends and partitions.
 
 Two composed collectives serve the inner loop: `reduce_product(plan, maps, x)` (each node maps
 its own data x to its entries by sparse maps, then one reduce carries all of them) and
@@ -170,6 +172,33 @@ class RelayPlan:
     def member_entries(self) -> np.ndarray:
         return np.flatnonzero(self.entry_member)
 
+    def ancestors(self) -> np.ndarray:
+        """(max depth + 1, E): row l holds each entry's ancestor at depth l (the entry itself
+        at its own depth, -1 above it and where it has none)."""
+        def make():
+            E = len(self.entry_q)
+            out = np.full((len(self.levels) + 1, E), -1, dtype=np.int64)
+            cur = np.arange(E)
+            d = self.depth.copy()
+            for lev in range(len(self.levels), -1, -1):
+                at = d == lev
+                out[lev, at] = cur[at]
+                step = at & (self.parent_entry[cur] >= 0)
+                cur = np.where(step, self.parent_entry[cur], cur)
+                d = np.where(step, d - 1, d)
+            return out
+        return cached_on_plan(self, ("ancestors",), self, make)
+
+    def subtrees(self, children: np.ndarray, level: int) -> np.ndarray:
+        """The entries (ascending) of the subtrees of `children`, entries at depth `level`:
+        what a reduce sends up for them (`Comm.reduce`: raw entry values, not partial sums)."""
+        if not len(children):
+            return np.zeros(0, dtype=np.int64)
+        anc = self.ancestors()[level]
+        mark = np.zeros(len(self.entry_q), dtype=bool)
+        mark[children] = True
+        return np.flatnonzero((anc >= 0) & mark[np.maximum(anc, 0)])
+
 
 def build_plan(adj: list[np.ndarray], roots: np.ndarray, members: Sequence[np.ndarray],
                node_names: Sequence[str] | None = None) -> RelayPlan:
@@ -272,6 +301,9 @@ def _account(plan: RelayPlan, adj: list[np.ndarray]) -> None:
     nb = [set(a.tolist()) for a in adj]
     dm, db = np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64)
     um, ub = np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64)
+    sub = np.ones(len(plan.entry_q), dtype=np.int64)      # subtree sizes
+    for pe, ce in reversed(plan.levels):
+        np.add.at(sub, pe, sub[ce])
     for pe, ce in plan.levels:
         src, dst = plan.entry_node[pe], plan.entry_node[ce]
         for a, b in set(zip(src.tolist(), dst.tolist())):
@@ -279,11 +311,12 @@ def _account(plan: RelayPlan, adj: list[np.ndarray]) -> None:
                 raise AssertionError(f"relay tree edge {a}-{b} is not a graph edge")
             plan.edges.add((min(a, b), max(a, b)))
         pair = src * V + dst
-        uniq, cnt = np.unique(pair, return_counts=True)
+        uniq, inv, cnt = np.unique(pair, return_inverse=True, return_counts=True)
+        up_cnt = np.bincount(inv, weights=sub[ce], minlength=len(uniq)).astype(np.int64)
         np.add.at(dm, uniq // V, 1)               # down: parent sends to child
         np.add.at(db, uniq // V, FLOAT_BYTES * cnt)
-        np.add.at(um, uniq % V, 1)                # up: child sends to parent
-        np.add.at(ub, uniq % V, FLOAT_BYTES * cnt)
+        np.add.at(um, uniq % V, 1)                # up: child sends its subtrees' entries
+        np.add.at(ub, uniq % V, FLOAT_BYTES * up_cnt)
     plan.down_msgs, plan.down_bytes, plan.up_msgs, plan.up_bytes = dm, db, um, ub
 
 
@@ -391,19 +424,28 @@ class Comm:
 
     def _reduce_rounds(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum"
                        ) -> np.ndarray:
+        """Max: each node forwards the max of its entry and its children's. Sum: each node
+        forwards its children's subtrees' raw entry values with its own (`RelayPlan.subtrees`)
+        and the root adds all of its tree's entries in entry order (`plan.summer()`): the
+        same floating-point sum on every backend and partition."""
         part = np.asarray(entry_values, float).copy()
-        for pe, ce in reversed(plan.levels):
+        nlev = len(plan.levels)
+        for i, (pe, ce) in enumerate(reversed(plan.levels)):
             pairs, sels = _edge_pairs(plan.entry_node[ce], plan.entry_node[pe])  # child -> parent
+            sent = [ce[sel] if op == "max" else plan.subtrees(ce[sel], nlev - i)
+                    for sel in sels]
             out: dict[int, dict[int, np.ndarray]] = {}
-            for (a, b), sel in zip(pairs, sels):
-                out.setdefault(a, {})[b] = part[ce[sel]].ravel()
+            for (a, b), ix in zip(pairs, sent):
+                out.setdefault(a, {})[b] = part[ix].ravel()
             inbox = self.exchange(out)
-            for (a, b), sel in zip(pairs, sels):
-                got = inbox[b][a].reshape(part[ce[sel]].shape)
+            for (a, b), sel, ix in zip(pairs, sels, sent):
+                got = inbox[b][a].reshape(part[ix].shape)
                 if op == "sum":
-                    np.add.at(part, pe[sel], got)
+                    part[ix] = got
                 else:
                     np.maximum.at(part, pe[sel], got)
+        if op == "sum":
+            return plan.summer() @ part
         return part[plan.root_entry]
 
     # ---------------------------------------------------------------- accounting
@@ -455,13 +497,17 @@ class LocalComm(Comm):
 
     def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
                        ) -> np.ndarray:
-        """Same sums as `Comm.reduce_product`: the maps ``plan.summer() @ S`` composed once
-        and stacked, one product for all of them (an (n_quantities, len(maps)) view)."""
+        """The same sums as `Comm.reduce_product`: the maps stacked into one product (each
+        entry's value as ``S @ x`` sums it), then each map's entries summed per quantity in
+        entry order (`reduce`); not composed into one product, which would add in another
+        order."""
         xv = np.asarray(x, float)
         self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
         M = cached_on_plan(plan, ("product",), tuple(maps), lambda: sp.vstack(
-            [(plan.summer() @ S).tocsr() for S in maps], format="csr"))
-        return (M @ xv).reshape(len(maps), plan.n_quantities).T
+            [sp.csr_matrix(S) for S in maps], format="csr"))
+        ent = (M @ xv).reshape(len(maps), len(plan.entry_q))
+        Sq = plan.summer()
+        return np.column_stack([Sq @ e for e in ent])
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
                        ) -> np.ndarray:

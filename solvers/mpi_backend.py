@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .dec_comm import Comm, RelayPlan, cached_on_plan, summer
+from .dec_comm import Comm, RelayPlan, cached_on_plan
 
 __all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_work", "partition_nodes",
            "under_mpiexec"]
@@ -194,23 +194,18 @@ class MpiComm(Comm):
         if key in self._plans and self._plans[key][0] is plan:
             return self._plans[key][1]
         routes = []
-        for pe, ce in plan.levels:
+        for lev, (pe, ce) in enumerate(plan.levels, start=1):
             po, co = self.owner[plan.entry_node[pe]], self.owner[plan.entry_node[ce]]
             me = self.rank
             loc = (po == me) & (co == me)
             p_me_c = [np.flatnonzero((po == me) & (co == r)) for r in self.nbr_ranks]
             c_me_p = [np.flatnonzero((co == me) & (po == r)) for r in self.nbr_ranks]
-            routes.append((pe, ce, np.flatnonzero(loc), p_me_c, c_me_p))
+            # a reduce's sum sends the children's subtrees' raw entries up (`Comm.reduce`)
+            sub_in = [plan.subtrees(ce[ix], lev) for ix in p_me_c]
+            sub_out = [plan.subtrees(ce[ix], lev) for ix in c_me_p]
+            routes.append((pe, ce, np.flatnonzero(loc), p_me_c, c_me_p, sub_in, sub_out))
         self._plans[key] = (plan, routes)
         return routes
-
-    def _summers(self, plan: RelayPlan) -> list:
-        """Per level: (E x local edges) and, per neighbour rank, (E x its edges) 0/1 matrices
-        adding child values into their parent entries (np.add.at is slow on 2-D arrays)."""
-        E = len(plan.entry_q)
-        return cached_on_plan(plan, ("mpi_summers", self.rank), self,
-                              lambda: [(summer(pe[loc], E), [summer(pe[ix], E) for ix in down])
-                                       for pe, ce, loc, down, up in self._routes(plan)])
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
         self.msgs[self._local] += msgs[self._local]
@@ -226,7 +221,7 @@ class MpiComm(Comm):
         roots = plan.root_entry
         mine = self.is_local[plan.entry_node[roots]]
         vals[roots[mine]] = rv[mine]
-        for pe, ce, loc, down, up in self._routes(plan):
+        for pe, ce, loc, down, up, _si, _so in self._routes(plan):
             vals[ce[loc]] = vals[pe[loc]]
             got = self._alltoallv([vals[pe[ix]].ravel() for ix in down],
                                   [ix.size * m for ix in up])
@@ -245,21 +240,19 @@ class MpiComm(Comm):
         part = np.asarray(entry_values, float).copy()
         tail, m = part.shape[1:], int(np.prod(part.shape[1:]))
         self._charge(plan.up_msgs, plan.up_bytes, m)
-        summers = self._summers(plan) if op == "sum" else None
-        for lev, (pe, ce, loc, down, up) in reversed(list(enumerate(self._routes(plan)))):
-            if op == "sum":     # children into parents by precomputed 0/1 products
-                part += summers[lev][0] @ part[ce[loc]]
-            else:
-                np.maximum.at(part, pe[loc], part[ce[loc]])
+        for pe, ce, loc, down, up, sub_in, sub_out in reversed(self._routes(plan)):
+            if op == "sum":     # raw entries up; the roots add them in entry order
+                got = self._alltoallv([part[ix].ravel() for ix in sub_out],
+                                      [ix.size * m for ix in sub_in])
+                for ix, buf in zip(sub_in, got):
+                    part[ix] = buf.reshape((ix.size,) + tail)
+                continue
+            np.maximum.at(part, pe[loc], part[ce[loc]])
             got = self._alltoallv([part[ce[ix]].ravel() for ix in up],
                                   [ix.size * m for ix in down])
-            for j, (ix, buf) in enumerate(zip(down, got)):
-                vals = buf.reshape((ix.size,) + tail)
-                if op == "sum":
-                    part += summers[lev][1][j] @ vals
-                else:
-                    np.maximum.at(part, pe[ix], vals)
-        out = part[plan.root_entry]
+            for ix, buf in zip(down, got):
+                np.maximum.at(part, pe[ix], buf.reshape((ix.size,) + tail))
+        out = plan.summer() @ part if op == "sum" else part[plan.root_entry]
         out[~self.is_local[plan.entry_node[plan.root_entry]]] = self.missing
         return out
 
@@ -272,6 +265,22 @@ class MpiComm(Comm):
         for j, S in enumerate(maps):
             ent[loc, j] = cached_on_plan(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
         return self.reduce(plan, ent)
+
+    def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
+                      ) -> np.ndarray:
+        """`LocalComm.broadcast_sum`'s one product (the maps side by side, each row's terms in
+        one sum: the same floating-point sums) for the rows that read only this rank's
+        entries (NaN at the others)."""
+        e = self.broadcast(plan, root_values)
+        rows, Sl, other = cached_on_plan(
+            plan, ("mpi_cols_sum",), tuple(maps),
+            lambda: _own_rows(sp.hstack([sp.csr_matrix(S) for S in maps], format="csr"),
+                              np.tile(self.is_local[plan.entry_node].astype(float),
+                                      len(maps))))
+        r = np.zeros(maps[0].shape[0])
+        r[other] = np.nan
+        r[rows] = Sl @ np.concatenate([e if p == 1 else e ** p for p in powers])
+        return r
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
                           ) -> list[np.ndarray]:
