@@ -502,12 +502,12 @@ class LocalComm(Comm):
         entry order (`reduce`); not composed into one product, which would add in another
         order."""
         xv = np.asarray(x, float)
-        self._charge_width(plan.up_msgs, plan.up_bytes, len(maps))
+        m = len(maps)
+        self._charge_width(plan.up_msgs, plan.up_bytes, m)
+        perm, Sq = cached_on_plan(plan, ("summer_blocks", m), plan, lambda: _by_quantity(plan, m))
         M = cached_on_plan(plan, ("product",), tuple(maps), lambda: sp.vstack(
-            [sp.csr_matrix(S) for S in maps], format="csr"))
-        ent = (M @ xv).reshape(len(maps), len(plan.entry_q))
-        Sq = plan.summer()
-        return np.column_stack([Sq @ e for e in ent])
+            [sp.csr_matrix(S)[perm] for S in maps], format="csr"))
+        return (Sq @ (M @ xv)).reshape(m, plan.n_quantities).T
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
                        ) -> np.ndarray:
@@ -553,6 +553,15 @@ class LocalComm(Comm):
             self._pending[key] = [msgs, nbytes, width, 1]
         else:
             hit[3] += 1
+
+
+def _by_quantity(plan: RelayPlan, m: int) -> tuple[np.ndarray, sp.csr_matrix]:
+    """The entries ordered by quantity (ascending entry index within one), and the
+    block-diagonal sum per quantity of m such entry vectors: the same additions in the same
+    order as ``plan.summer()``, over contiguous memory."""
+    perm = np.argsort(plan.entry_q, kind="stable")
+    return perm, sp.block_diag([summer(plan.entry_q[perm], plan.n_quantities)] * m,
+                               format="csr")
 
 
 def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
