@@ -98,33 +98,51 @@ def tighten_epigraphs(st: DecStructure, u: np.ndarray, lin: Linearisation, free:
 
 
 class _Hosts:
-    """Per-surrogate data of the trials at the rows' hosts: the Jacobian by columns, each
-    epigraph variable's bounding and fed rows, and which variables are held by one node."""
+    """The trials' data at the rows' hosts: the Jacobian by columns, each row's epigraph
+    entries, which variables are held by one node (built once), and the current point's
+    linearisation with g and u at the hosts (`at`, once per pass)."""
 
-    def __init__(self, st: DecStructure, lin: Linearisation, free: np.ndarray,
-                 views: MoveViews, u: np.ndarray):
+    def __init__(self, st: DecStructure, free: np.ndarray, views: MoveViews,
+                 groups: list[np.ndarray]):
         rows, cols = st.jac_rows, st.jac_cols
-        self.st, self.lin = st, lin
-        use = free[rows] & views.local_rows[rows]
-        nz = np.flatnonzero(use)
+        self.st, self.views = st, views
+        nz = np.flatnonzero(free[rows] & views.local_rows[rows])
         order = nz[np.argsort(cols[nz], kind="stable")]
         self.col_nz = np.split(order, np.searchsorted(cols[order], np.arange(1, st.n)))
-        self.g_nz = views.at_nonzeros(lin.g)
-        self.u_nz = views.at_nonzeros(u)
         self.level = st.epi_level
         self.top = len(EPIGRAPH_LEVELS) - 1
         self.single = np.array([len(mb) == 1 for mb in st.members])   # held by one node
-        self.shared_rows = _rows_of_two_groups(st, nz, _groups(st))
+        self.shared_rows = _rows_of_two_groups(st, nz, groups)
         epi_nz = nz[st.epi_level[cols[nz]] >= 0]
         self.row_epi: dict[int, list[int]] = {}
         for z in epi_nz.tolist():
             self.row_epi.setdefault(int(rows[z]), []).append(z)
 
+    def at(self, lin: Linearisation, u: np.ndarray) -> "_Hosts":
+        """Take the point u and its linearisation (g and u reach the hosts by broadcast)."""
+        self.lin = lin
+        self.g_nz = self.views.at_nonzeros(lin.g)
+        self.u_nz = self.views.at_nonzeros(u)
+        return self
+
+    def by_host(self, g: np.ndarray, keep: np.ndarray | None = None
+                ) -> dict[int, dict[int, int]]:
+        """host -> {variable of group g it reads: one nonzero of it} (only the nonzeros where
+        `keep` is nonzero, if given)."""
+        rows, host = self.st.jac_rows, self.st.row_host
+        out: dict[int, dict[int, int]] = {}
+        for v in g.tolist():
+            for z in self.col_nz[v].tolist():
+                if keep is None or keep[z] != 0.0:
+                    out.setdefault(int(host[rows[z]]), {}).setdefault(v, z)
+        return out
+
     def at_host(self, v: int, h: int) -> np.ndarray:
         z = self.col_nz[v]
         return z[self.st.row_host[self.st.jac_rows[z]] == h]
 
-    def effect(self, h: int, dx: dict[int, float]) -> tuple[float, dict[int, float]]:
+    def effect(self, h: int, dx: dict[int, float]
+               ) -> tuple[float, dict[int, tuple[float, bool]]]:
         """Change of J from host h's rows when the indicators change by dx (x units), with
         the epigraph chain of those rows (module docstring); (_BIG, {}) if the trial would
         leave a row violated or cross a bound. Also, per local epigraph variable it touches,
@@ -208,16 +226,10 @@ def _trials(H: _Hosts, groups: list[np.ndarray], x_nz: np.ndarray
     group's current 1 (host reads it): the part of leaving it; at a candidate j' (host reads
     it): the part of the whole trial minus the leaving part. Also the local shifts per
     (host, target variable) for the veto."""
-    st = H.st
-    rows, host = st.jac_rows, st.row_host
-    part = np.zeros(len(st.jac_cols))
-    shifts: dict[tuple[int, int], dict[int, float]] = {}
+    part = np.zeros(len(H.st.jac_cols))
+    shifts: dict[tuple[int, int], dict[int, tuple[float, bool]]] = {}
     for g in groups:
-        by_host: dict[int, dict[int, int]] = {}     # host -> {variable: a nonzero of it}
-        for v in g.tolist():
-            for z in H.col_nz[v].tolist():
-                by_host.setdefault(int(host[rows[z]]), {}).setdefault(v, z)
-        for h, seen in by_host.items():
+        for h, seen in H.by_host(g).items():
             hot = [v for v, z in seen.items() if x_nz[z] > 0.5]
             j = hot[0] if hot else None
             leave = (0.0, {}) if j is None else H.effect(h, {j: -1.0})
@@ -242,17 +254,10 @@ def _vetoes(H: _Hosts, groups: list[np.ndarray], prop_nz: np.ndarray, gain_nz: n
     the largest predicted fall stays and the other kind is vetoed: the best trial overall is
     never vetoed, so every pass with a proposal moves. A host reading the trial's target sees
     the whole trial, one reading only the current 1 its leaving part."""
-    st = H.st
-    rows, host = st.jac_rows, st.row_host
-    veto = np.zeros(len(st.jac_cols))
+    veto = np.zeros(len(H.st.jac_cols))
     chosen: dict[int, list[tuple]] = {}    # var -> (nonzero, lowers, rose, (gain, variable))
     for g in groups:
-        by_host: dict[int, dict[int, int]] = {}
-        for v in g.tolist():
-            for z in H.col_nz[v].tolist():
-                if prop_nz[z] != 0.0:
-                    by_host.setdefault(int(host[rows[z]]), {}).setdefault(v, z)
-        for h, seen in by_host.items():
+        for h, seen in H.by_host(g, prop_nz).items():
             tgt = [v for v, z in seen.items() if prop_nz[z] > 0]
             v = tgt[0] if tgt else next(iter(seen))
             rank = (gain_nz[seen[v]], int(g[0]))
@@ -276,9 +281,10 @@ def association_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     u = tighten_epigraphs(st, u, lin, free, views)
     lin = linearise(u)
     groups = _groups(st)
+    hosts = _Hosts(st, free, views, groups)
     f0, moves, done, predicted, vetoed = lin.f, 0, 0, 0.0, 0
     for _ in range(passes):
-        H = _Hosts(st, lin, free, views, u)
+        H = hosts.at(lin, u)
         x_nz = views.at_nonzeros(u * st.scale)
         part, shifts = _trials(H, groups, x_nz)
         tot = views.sum_to_vars(part)

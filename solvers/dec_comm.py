@@ -47,8 +47,9 @@ copies, or their powers, to its own rows; `broadcast_sum`: the maps' results add
 Generic forms apply the maps and call `reduce` / `broadcast`.
 
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
-(gather / one sparse product over the entries: the same sums; the composed collectives compose
-their maps with the plan once per surrogate, `reduce_product`'s stacked into one product) and
+(gather / one sparse product over the entries: the same sums; `broadcast_product` and
+`broadcast_sum` compose their maps with the plan once per surrogate, `reduce_product` stacks its
+maps into one product and sums each map's entries per quantity, laid out by quantity) and
 charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It
 is checked against the generic rounds in `tests/test_dec_comm.py`.
 
@@ -401,12 +402,11 @@ class Comm:
     def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
                       maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
         """``sum(broadcast_product(plan, root_values, maps, powers))``: each node's rows' terms
-        added up (e.g. a row's linear plus quadratic part); one broadcast."""
-        parts = self.broadcast_product(plan, root_values, maps, powers)
-        out = parts[0]
-        for part in parts[1:]:
-            out = out + part
-        return out
+        added up (e.g. a row's linear plus quadratic part); one broadcast, then the maps side
+        by side in one product (each row's terms in one sum: the order every backend uses)."""
+        e = self.broadcast(plan, root_values)
+        M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
+        return M @ np.concatenate([e if p == 1 else e ** p for p in powers])
 
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)
@@ -531,9 +531,8 @@ class LocalComm(Comm):
 
     def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
                       maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
-        """`Comm.broadcast_sum` up to the rounding of the sums: the composed maps side by
-        side, one product with the root values' powers stacked (each row's terms in one
-        sum)."""
+        """`Comm.broadcast_sum` with the maps composed with the plan (columns: quantities):
+        the same products in the same order, on the root values' powers stacked."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
         M = cached_on_plan(plan, ("at_root_sum",), tuple(maps), lambda: sp.hstack(

@@ -130,17 +130,6 @@ class _DecOps:
         local[comm.local_nodes()] = True
         ent_local = local[pl.entry_node]
 
-        def max_to_vars(per_nz: np.ndarray) -> np.ndarray:
-            ent = np.full(E, -np.inf)
-            np.maximum.at(ent, inner.jent, per_nz)
-            return comm.reduce(pl, ent, op="max")
-
-        def var_sum(per_var: np.ndarray) -> float:
-            node = np.bincount(st.primary, weights=np.where(local[st.primary], per_var, 0.0),
-                               minlength=st.n_nodes)
-            top = comm.reduce(inner.gplan, node[inner.gplan.entry_node])
-            return float(comm.broadcast(inner.gplan, top)[inner._gent])
-
         def sync(u: np.ndarray) -> np.ndarray:
             out = u.copy()
             out[pl.entry_q[ent_local]] = comm.broadcast(pl, u)[ent_local]
@@ -148,19 +137,22 @@ class _DecOps:
         return MoveViews(at_nonzeros=inner._nonzero_view,
                          sum_to_vars=lambda z: comm.reduce(pl, np.bincount(
                              inner.jent, weights=z, minlength=E)),
-                         max_to_vars=max_to_vars, var_sum=var_sum, sync=sync,
+                         max_to_vars=lambda z: self.var_max(z, -np.inf),
+                         var_sum=lambda v: inner._global_sum(np.zeros(0), v), sync=sync,
                          local_rows=local[st.row_host], local_vars=local[st.primary])
+
+    def var_max(self, per_nz: np.ndarray, floor: float) -> np.ndarray:
+        """Per shared variable, at its primary: the max of per-nonzero values over its rows'
+        hosts and `floor` (each host's max per entry, max-reduced over the relay tree)."""
+        ent = np.full(self.inner.E, floor)
+        np.maximum.at(ent, self.inner.jent, per_nz)
+        return self.comm.reduce(self.inner.plan, ent, op="max")
 
     def restore(self, u: np.ndarray, lin: Linearisation, free: np.ndarray):
         """`sca.restore_epigraphs` by messages: each row's host computes what its rows need,
         max-reduced to the variable's primary; the move reaches the hosts by broadcast."""
         inner, st = self.inner, self.st
-
-        def var_max(per_nz: np.ndarray) -> np.ndarray:
-            ent = np.zeros(inner.E)
-            np.maximum.at(ent, inner.jent, per_nz)
-            return self.comm.reduce(inner.plan, ent, op="max")
-        return restore_epigraphs(st, u, lin, free, var_max=var_max,
+        return restore_epigraphs(st, u, lin, free, var_max=lambda z: self.var_max(z, 0.0),
                                  nonzero_view=inner._nonzero_view,
                                  any_positive=lambda v: inner._global_max_var(v) > 0)
 
@@ -181,7 +173,6 @@ def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
     fixes them (bounds lo = hi). Returns the rounded point."""
     u = u.copy()
     x = st.x_of(u)
-    lo, hi = st.lo.copy(), st.hi.copy()
     for key in ("Is", "Inb", "Ibn"):
         ix = st.idx[key]
         vals = take(x, ix, -np.inf)  # absent UE-BS links (index -1) are never chosen
@@ -190,8 +181,7 @@ def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
         flat, hot = ix.ravel(), hot.ravel()
         hot, flat = hot[flat >= 0], flat[flat >= 0]
         u[flat] = hot / st.scale[flat]
-        lo[flat] = hi[flat] = u[flat]
-    st.set_bounds(lo, hi)
+    fix_indicators_at(st, u)
     return u
 
 
@@ -335,8 +325,9 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                 violation_relaxed=relaxed_viol, forcing_relaxed=rec1[-1].forcing if rec1 else None,
                 relaxed_s=t1 - t0)
     u_r = _fix_indicators(st, u1)
+    views = (ops.move_views() if dec else central_views(st)) if k.move_passes or spread else None
     if spread:   # every process's copies of the rounded indicators: the owners' values
-        u_r = ops.move_views().sync(u_r)
+        u_r = views.sync(u_r)
         fix_indicators_at(st, u_r)
     if method == "decentralized-polish":
         from cefl_opt.association import repair_associations
@@ -355,7 +346,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
             t_m = time.perf_counter()
             u_r, moved = association_moves(
                 st, u_r, free, linearise=ops.linearise if dec else st.linearise,
-                views=ops.move_views() if dec else central_views(st), passes=k.move_passes)
+                views=views, passes=k.move_passes)
             info.update(moved, association_s=time.perf_counter() - t_m)
         if k.live_only:   # each host drops its rows' entries that the fixed indicators kill
             inner.set_active(st.live_entries(u_r, ops.nodes if dec else range(st.n_nodes)))

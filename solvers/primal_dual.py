@@ -241,13 +241,21 @@ class InnerSolver:
         """Largest value over all shared variables (at their primaries), at least 0."""
         return self._global_max(np.zeros(0), per_var)
 
-    def _global_sum(self, per_row: np.ndarray) -> float:
-        """Sum over all rows (at their hosts): each node's sum, summed over a spanning tree
-        and broadcast back (decentralized); np.sum (centralized)."""
+    def _global_sum(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
+        """Sum over all rows (at their hosts) and, if given, over all shared variables (at
+        their primaries): each node's sum, summed over a spanning tree and broadcast back
+        (decentralized); np.sum (centralized)."""
         if self.mode == "centralized":
-            return float(np.sum(per_row))
-        node_sum = np.bincount(self.st.row_host, weights=np.asarray(per_row, float),
-                               minlength=self.st.n_nodes)
+            top = float(np.sum(per_row))
+            return top if per_var is None else top + float(np.sum(per_var))
+        V = self.st.n_nodes
+        node_sum = np.zeros(V)
+        if len(per_row):
+            node_sum += np.bincount(self.st.row_host, weights=np.asarray(per_row, float),
+                                    minlength=V)
+        if per_var is not None and len(per_var):
+            node_sum += np.bincount(self.st.primary, weights=np.asarray(per_var, float),
+                                    minlength=V)
         top = self.comm.reduce(self.gplan, node_sum[self.gplan.entry_node])
         return float(self.comm.broadcast(self.gplan, top)[self._gent])
 

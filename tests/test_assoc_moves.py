@@ -45,8 +45,8 @@ def _solution(inst, st, u):
 def _trial_table(inst, st, u, free, views):
     """(kind, t, n, b, predicted dJ) of every trial, from the hosts' parts and the primary."""
     lin = st.linearise(u)
-    H = am._Hosts(st, lin, free, views, u)
     groups = am._groups(st)
+    H = am._Hosts(st, free, views, groups).at(lin, u)
     part, _ = am._trials(H, groups, views.at_nonzeros(u * st.scale))
     tot = views.sum_to_vars(part)
     x = u * st.scale
