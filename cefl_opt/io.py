@@ -11,6 +11,9 @@
   partly written file and a failure leaves nothing behind.
 * :func:`check_writable` and :func:`check_distinct`: the checks the commands run on an output
   path before any work.
+* :func:`note_interrupt` / :func:`check_interrupt`: once Ctrl-C is noted, no output is committed.
+  Python cannot raise an interrupt that lands inside a finaliser or a weakref callback (it is
+  reported to ``sys.unraisablehook`` and the work goes on); the note is kept all the same.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import io as _io
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -52,6 +56,29 @@ def read_json(path: str | Path, *, what: str) -> Any:
         raise InputError(f"{what} file '{p}' is nested too deeply to be a {what}") from None
 
 
+# ---- interruption ---------------------------------------------------------------------------
+_INTERRUPTED = threading.Event()
+
+
+def note_interrupt() -> None:
+    """Ctrl-C was pressed: from now on :func:`check_interrupt` raises KeyboardInterrupt."""
+    _INTERRUPTED.set()
+
+
+def clear_interrupt() -> None:
+    _INTERRUPTED.clear()
+
+
+def interrupt_noted() -> bool:
+    return _INTERRUPTED.is_set()
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was noted, even where its first raise was swallowed."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 # ---- writing --------------------------------------------------------------------------------
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write text or bytes to a temporary file in the same folder and rename it over `path`."""
@@ -65,6 +92,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         with (os.fdopen(fd, "wb") if isinstance(data, bytes)
               else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
             fh.write(data)
+        check_interrupt()
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

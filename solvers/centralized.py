@@ -22,6 +22,7 @@ from pyomo.opt import TerminationCondition as PyoTC
 from cefl_opt import system
 from cefl_opt.association import association_rule, repair_associations
 from cefl_opt.instance import Instance
+from cefl_opt.io import check_interrupt
 from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fix_binaries,
                              load_solution, unfix_binaries)
 from cefl_opt.solution import RoundDecision, Solution
@@ -154,6 +155,7 @@ def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
     """Ipopt for `decisions`, then (repair=True) the association repair of `cefl_opt.association` at
     the optimum and, if it moved anything, a second Ipopt solve with the repaired associations.
     The best feasible of the three points is returned."""
+    check_interrupt()   # a Ctrl-C swallowed inside the last solve stops the enumeration here
     sol, st, obj = nlp.solve(decisions, warm=warm)
     if sol is None or not repair:
         return sol, st, obj

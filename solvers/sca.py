@@ -47,6 +47,7 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
+from cefl_opt.io import check_interrupt
 from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_problem, is_forcing,
                              load_solution, node_blocks, node_variables)
 from cefl_opt.models.codec import rounds_from_values, take
@@ -968,6 +969,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     f_hist = [lin.f]             # J at the current point after each outer iteration (stall)
     live = inner.live            # S_k: the row's live entries (None: all)
     for it in range(max_outer):
+        check_interrupt()   # a Ctrl-C swallowed inside the last iteration (a finaliser's raise)
         forcing_on = phase == "relaxed" and it >= k.force_after
         if forcing_on:   # grows while an indicator is fractional, capped at rho_max
             rho = k.rho0 if rho == 0.0 else min(rho * (k.rho_growth if forcing_prev > 1e-9

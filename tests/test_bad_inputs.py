@@ -318,6 +318,55 @@ def test_interrupted_solve_prints_one_clean_line(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
 
 
+@pytest.mark.parametrize("method", ["ipopt-enum", "decentralized"])
+def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, method):
+    """A Ctrl-C that lands inside a finaliser (`__del__`) cannot be raised there: Python reports
+    it to sys.unraisablehook and the work goes on. The command must still exit 130 and write no
+    solution (before the fix: exit 0 and a solution file)."""
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=1).save(net)
+    script = ("import os, signal, sys\n"
+              "from cefl_opt import cli\n"
+              "import cefl_opt.solvers.base as base\n"
+              "real = base.solve\n"
+              "class Bomb:\n"
+              "    def __del__(self):\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"
+              "        for _ in range(100000): pass   # the handler runs here, inside __del__\n"
+              "def solve(*a, **k):\n"
+              "    Bomb()\n"
+              "    return real(*a, **k)\n"
+              "base.solve = solve\n"
+              f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', {method!r}, '--out', "
+              f"{str(tmp_path / 's.json')!r}]))\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    assert p.stderr == "cefl-opt: interrupted\n"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+
+
+def test_interrupt_note_is_cleared_after_the_command(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C noted during one in-process command stops its write (exit 130, no file) and
+    does not outlive it: library writes afterwards are not refused."""
+    from cefl_opt import io as cefl_io
+    real_save = Instance.save
+
+    def save(self, path):            # a Ctrl-C whose raise was swallowed just before the write
+        cefl_io.note_interrupt()
+        return real_save(self, path)
+
+    monkeypatch.setattr(Instance, "save", save)
+    out = tmp_path / "n.json"
+    assert cli.main(["network", "generate", "--preset", "tiny", "--seed", "1", "--out",
+                     str(out)]) == 130
+    assert capsys.readouterr().err == "cefl-opt: interrupted\n"
+    assert list(tmp_path.iterdir()) == []              # nothing committed, no temporary left
+    assert not cefl_io.interrupt_noted()
+    cefl_io.write_atomic(tmp_path / "x.txt", "x")
+    assert [x.name for x in tmp_path.iterdir()] == ["x.txt"]
+
+
 def test_format_1_files_still_load(tmp_path):
     inst = make_instance("tiny", seed=3)
     d = inst.to_dict()

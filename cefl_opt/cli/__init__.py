@@ -34,6 +34,7 @@ import signal
 import sys
 from typing import Callable, Sequence
 
+from .. import io as cefl_io
 from ..io import InputError
 
 PROG = "cefl-opt"
@@ -120,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = _command_word(argv)
     debug = bool(os.environ.get("CEFL_OPT_DEBUG"))
     previous = signal.getsignal(signal.SIGINT)
+    cefl_io.clear_interrupt()
     try:
         if not debug and previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
@@ -128,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        cefl_io.check_interrupt()   # a Ctrl-C whose KeyboardInterrupt was swallowed on the way
+        return code
     except (InputError, ValueError, OSError) as e:
         if debug:
             raise
@@ -147,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"internal error: {type(e).__name__}: {_message(e)} (set CEFL_OPT_DEBUG=1 "
                      f"for the traceback)", EXIT_INTERNAL)
     finally:
+        cefl_io.clear_interrupt()   # the note is this call's: the library is usable after it
         if signal.getsignal(signal.SIGINT) is _interrupt:
             signal.signal(signal.SIGINT, previous)
 
@@ -156,6 +161,7 @@ def _interrupt(signum, frame):
     logged traceback, exceptions raised inside solver callbacks), then interrupt."""
     logging.disable(logging.CRITICAL)
     sys.unraisablehook = lambda *_: None
+    cefl_io.note_interrupt()
     raise KeyboardInterrupt
 
 

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..io import InputError
+from ..io import InputError, check_interrupt
 from . import COUNT, SEED, OptionError
 
 
@@ -122,7 +122,8 @@ def _check_creatable(folder: Path) -> None:
 
 def _move_into_place(stage: Path, out: Path) -> None:
     """`stage`'s files into `out`: a rename of the folder when `out` does not exist, else file
-    by file (each a rename, so each file is whole)."""
+    by file (each a rename, so each file is whole). Nothing moves once Ctrl-C was noted."""
+    check_interrupt()
     if not out.exists():
         os.replace(stage, out)
         return
