@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
                                      [--reach 5] [--ranks 1,2] [--timeout 900]
-                                     [--measures floor,dec,cpd,ipopt]
+                                     [--measures floor,dec,cpd,ipopt] [--repeats 3]
 
 Per size (T = 2; every link at the paper size and below, `--reach 5` beyond it), each
 measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) is its own:
@@ -17,13 +17,17 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
 * `dec5` (per rank count, as `dec`), `cpd`: `--method decentralized` and `--method
   centralized-pd` (the same iterations with exact global dual updates) for `--cpd-outer` (5)
-  outer iterations: time per outer and
-  per inner iteration, the comparison "a decentralised inner iteration <= 1.5x a centralised";
+  outer iterations: time per outer and per inner iteration. `--repeats K` runs the pair K
+  times, alternating (dec5, cpd, dec5, cpd, ...), so that both see the same load; the ratio of
+  the medians per inner iteration is the comparison "a decentralised inner iteration <= 1.5x a
+  centralised" (`scale_ratio.csv`);
 * `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
   the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
   finishes within the timeout: build and solve time, Ipopt iterations.
 
-Writes results/bench/scale.csv (one row per size, measurement and rank count) and
+Writes results/bench/scale.csv (one row per size, measurement, rank count and repeat),
+results/bench/scale_ratio.csv (per size and rank count: the medians of `dec5` and `cpd` per inner
+iteration, their ratio, the spread of the repeats) and
 results/bench/scale.png (log-log: wall time against the number of variables; decentralised with
 1 and 2 ranks, centralised Ipopt, the per-iteration times). The machine's load average is
 recorded with every row (timings on the shared 2-core machine are inflated under load). Every
@@ -225,8 +229,10 @@ def measure(args) -> pd.DataFrame:
         base = {"size": spec, "N": n, "B": b, "S": s, "T": 2, "reach": reach or "all"}
         job = {"n": n, "b": b, "s": s, "reach": reach, "seed": args.seed, "path": str(path)}
 
-        def record(kind: str, ranks, rc, wall, rss, extra: dict, tail: str) -> None:
-            row = {**base, "measure": kind, "ranks": ranks, "rc": rc, "wall_s": wall,
+        def record(kind: str, ranks, rc, wall, rss, extra: dict, tail: str, rep: int = 0
+                   ) -> None:
+            row = {**base, "measure": kind, "ranks": ranks, "repeat": rep, "rc": rc,
+                   "wall_s": wall,
                    "peak_rss_MB": rss, "load1": os.getloadavg()[0], **extra}
             if rc != 0:
                 row["error"] = " ".join(tail.strip().splitlines()[-2:])[:200]
@@ -256,9 +262,10 @@ def measure(args) -> pd.DataFrame:
             rc, wall, rss, tail = _peak_rss_child(
                 _worker_cmd("ipopt", {**job, "time_limit": args.timeout}), args.timeout + 60)
             record("ipopt", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
-        for kind, method, ranks in methods:
-            if kind not in args.measures:
-                continue
+        timing = [m for m in methods if m[0] in ("dec5", "cpd") and m[0] in args.measures]
+        runs = [(m, 0) for m in methods if m[0] in args.measures and m not in timing]
+        runs += [(m, rep) for rep in range(args.repeats) for m in timing]   # alternating
+        for (kind, method, ranks), rep in runs:
             sol = path.with_name(path.stem + f"-{kind}-{ranks}.json")
             cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method,
                    "--out", str(sol)]
@@ -271,7 +278,25 @@ def measure(args) -> pd.DataFrame:
             rc, wall, rss, tail = _peak_rss_child(cmd, args.timeout)
             extra = _summary_from_solution(str(sol), str(path)) if rc == 0 and sol.exists() \
                 else {}
-            record(kind, ranks, rc, wall, rss, extra, tail)
+            record(kind, ranks, rc, wall, rss, extra, tail, rep)
+    return pd.DataFrame(rows)
+
+
+def ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per size and rank count: median seconds per inner iteration of `dec5` over `cpd`'s."""
+    if "s_per_inner" not in df:
+        return pd.DataFrame()
+    ok = df[(df.rc == 0) & df.measure.isin(["dec5", "cpd"]) & df.s_per_inner.notna()]
+    cpd = ok[ok.measure == "cpd"].groupby("size", sort=False).s_per_inner
+    rows = []
+    for (size, ranks), d in ok[ok.measure == "dec5"].groupby(["size", "ranks"], sort=False):
+        if size not in cpd.groups:
+            continue
+        g, c = d.s_per_inner, cpd.get_group(size)
+        rows.append({"size": size, "ranks": ranks, "repeats": len(g),
+                     "dec5_ms": 1e3 * g.median(), "cpd_ms": 1e3 * c.median(),
+                     "ratio": g.median() / c.median(),
+                     "ratio_min": g.min() / c.max(), "ratio_max": g.max() / c.min()})
     return pd.DataFrame(rows)
 
 
@@ -287,6 +312,7 @@ def figure(df: pd.DataFrame, path: Path) -> Path:
     for (kind, ranks), g in ok.groupby(["measure", "ranks"]):
         if kind in ("gen", "floor"):
             continue
+        g = g.groupby("vars_block", as_index=False).median(numeric_only=True)   # the repeats
         label = {"dec": f"decentralized, {ranks} rank(s)",
                  "dec5": f"decentralized (5 outer), {ranks} rank(s)",
                  "cpd": "centralized-pd (5 outer)", "ipopt": "one Ipopt solve (greedy-rate)"}[kind]
@@ -319,6 +345,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cpd-outer", type=int, default=5,
                     help="outer iterations of the timing runs `cpd` (centralized-pd) and `dec5` "
                          "(decentralized): their per-iteration times are what counts")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each of `dec5` and `cpd` per size, alternating; the ratio "
+                         "uses their medians")
     ap.add_argument("--measures", default="floor,dec,dec5,cpd,ipopt",
                     help="which measurements after `gen` (default: floor,dec,dec5,cpd,ipopt)")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "JOB"), help=argparse_hidden())
@@ -336,6 +365,11 @@ def main(argv=None) -> int:
     csv = out / "scale.csv"
     common.write_csv(df, csv)
     print(f"wrote {csv}")
+    rt = ratios(df)
+    if len(rt):
+        print(rt.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        common.write_csv(rt, out / "scale_ratio.csv")
+        print(f"wrote {out / 'scale_ratio.csv'}")
     print(f"wrote {figure(df, out / 'scale.png')}")
     return 0
 

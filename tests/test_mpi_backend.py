@@ -114,3 +114,22 @@ def test_bench_scale_generation_only(tmp_path):
     assert df.vars_block.tolist()[1] == int(node_work(big).sum())
     assert df.links.tolist() == [8 * 3, 30 * 2]   # 8/3/2 is below the paper size: every link
     assert (tmp_path / "scale.png").stat().st_size > 0
+
+
+def test_bench_scale_ratio_of_medians():
+    """The 1.5x comparison: medians of the alternating repeats, per size and rank count."""
+    import pandas as pd
+    from benchmarks.bench_scale import ratios
+    ms = 1e-3
+    rows = [("a", "dec5", 1, 2 * ms), ("a", "cpd", 1, 2 * ms), ("a", "dec5", 1, 3 * ms),
+            ("a", "cpd", 1, 2 * ms), ("a", "dec5", 1, 10 * ms), ("a", "cpd", 1, 4 * ms),
+            ("a", "dec5", 2, 5 * ms), ("b", "dec5", 1, 1 * ms), ("b", "cpd", 1, None),
+            ("c", "dec5", 1, 9 * ms)]                     # c: no centralised run, no ratio
+    df = pd.DataFrame(rows, columns=["size", "measure", "ranks", "s_per_inner"]).assign(rc=0)
+    r = ratios(df).set_index(["size", "ranks"])
+    assert sorted(r.index) == [("a", 1), ("a", 2)]
+    assert r.loc[("a", 1), "repeats"] == 3
+    assert r.loc[("a", 1), "ratio"] == pytest.approx(3 / 2)
+    assert r.loc[("a", 1), "ratio_min"] == pytest.approx(2 / 4)
+    assert r.loc[("a", 1), "ratio_max"] == pytest.approx(10 / 2)
+    assert r.loc[("a", 2), "ratio"] == pytest.approx(5 / 2)
