@@ -48,8 +48,8 @@ Generic forms apply the maps and call `reduce` / `broadcast`.
 
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
 (gather / one sparse product over the entries: the same sums; `broadcast_product` and
-`broadcast_sum` compose their maps with the plan once per surrogate, `reduce_product` stacks its
-maps into one product and sums each map's entries per quantity, laid out by quantity) and
+`broadcast_sum` compose their maps with the plan once per surrogate, `reduce_product` sums the
+entries with several terms, then each quantity's entries in entry order, by two products) and
 charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It
 is checked against the generic rounds in `tests/test_dec_comm.py`.
 
@@ -497,17 +497,17 @@ class LocalComm(Comm):
 
     def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
                        ) -> np.ndarray:
-        """The same sums as `Comm.reduce_product`: the maps stacked into one product (each
-        entry's value as ``S @ x`` sums it), then each map's entries summed per quantity in
-        entry order (`reduce`); not composed into one product, which would add in another
-        order."""
+        """The same sums as `Comm.reduce_product` (each entry's value as ``S @ x`` adds it,
+        then the root adds its entries in entry order), in two products built once per set of
+        maps (`_entry_sums`): the entries with several terms summed, then per quantity one
+        row over its entries' values. Not composed into one product, which would add in
+        another order."""
         xv = np.asarray(x, float)
         m = len(maps)
         self._charge_width(plan.up_msgs, plan.up_bytes, m)
-        perm, Sq = cached_on_plan(plan, ("summer_blocks", m), plan, lambda: _by_quantity(plan, m))
-        M = cached_on_plan(plan, ("product",), tuple(maps), lambda: sp.vstack(
-            [sp.csr_matrix(S)[perm] for S in maps], format="csr"))
-        return (Sq @ (M @ xv)).reshape(m, plan.n_quantities).T
+        P, F = cached_on_plan(plan, ("product",), tuple(maps),
+                              lambda: _entry_sums(plan, maps))
+        return (F @ np.concatenate([xv, P @ xv])).reshape(m, plan.n_quantities).T
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
                        ) -> np.ndarray:
@@ -554,13 +554,39 @@ class LocalComm(Comm):
             hit[3] += 1
 
 
-def _by_quantity(plan: RelayPlan, m: int) -> tuple[np.ndarray, sp.csr_matrix]:
-    """The entries ordered by quantity (ascending entry index within one), and the
-    block-diagonal sum per quantity of m such entry vectors: the same additions in the same
-    order as ``plan.summer()``, over contiguous memory."""
-    perm = np.argsort(plan.entry_q, kind="stable")
-    return perm, sp.block_diag([summer(plan.entry_q[perm], plan.n_quantities)] * m,
-                               format="csr")
+def _entry_sums(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> tuple[sp.csr_matrix,
+                                                                         sp.csr_matrix]:
+    """(P, F) with ``F @ [x, P @ x]`` equal bit for bit to ``summer() @ (S @ x)`` per map S
+    (columns: the maps' quantities side by side). P's rows: the entries with two or more
+    terms (each summed as ``S @ x`` sums it). F's row per (map, quantity): its entries in
+    entry order, an empty entry left out (it adds +0.0), a one-term entry as that term
+    (0.0 + t == t), a longer one as 1.0 x its sum in P."""
+    nx = maps[0].shape[1]
+    order = np.argsort(plan.entry_q, kind="stable")
+    parts, rows, cols, vals = [], [], [], []
+    off = nx
+    for j, S in enumerate(maps):
+        S = sp.csr_matrix(S)
+        cnt = np.diff(S.indptr)
+        multi = np.flatnonzero(cnt > 1)
+        parts.append(S[multi])
+        at = np.zeros(len(cnt), dtype=np.int64)
+        at[multi] = off + np.arange(len(multi))
+        ents = order[cnt[order] > 0]
+        one = cnt[ents] == 1
+        c, v = at[ents], np.ones(len(ents))
+        c[one] = S.indices[S.indptr[ents[one]]]
+        v[one] = S.data[S.indptr[ents[one]]]
+        rows.append(plan.entry_q[ents] + j * plan.n_quantities)
+        cols.append(c)
+        vals.append(v)
+        off += len(multi)
+    r = np.concatenate(rows)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(maps)
+                                                        * plan.n_quantities))])
+    F = sp.csr_matrix((np.concatenate(vals), np.concatenate(cols), indptr),
+                      shape=(len(maps) * plan.n_quantities, off))
+    return sp.vstack(parts, format="csr"), F
 
 
 def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
