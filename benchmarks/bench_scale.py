@@ -329,7 +329,8 @@ def figure(df: pd.DataFrame, path: Path) -> Path:
     ax[1].set(xlabel="variables of P (block form)", ylabel="seconds", title="per iteration")
     for a in ax:
         a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=7)
+        if a.get_legend_handles_labels()[0]:      # a panel whose measures did not run: empty
+            a.legend(fontsize=7)
     fig.tight_layout()
     return common.save_fig(fig, path)
 
