@@ -302,6 +302,16 @@ def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
 
+def _assert_interrupted_cleanly(script: str, folder: Path) -> None:
+    """Run `script` (a CLI call that gets a SIGINT) with Ctrl-C's default disposition: exit 130,
+    only `cefl-opt: interrupted` on stderr, nothing written beside the instance net.json."""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    assert p.stderr == "cefl-opt: interrupted\n"
+    assert sorted(x.name for x in folder.iterdir()) == ["net.json"]
+
+
 def test_interrupted_solve_prints_one_clean_line(tmp_path):
     """Ctrl-C in the middle of an Ipopt solve: exit 130 and only `cefl-opt: interrupted`."""
     net = tmp_path / "net.json"
@@ -311,11 +321,7 @@ def test_interrupted_solve_prints_one_clean_line(tmp_path):
               "threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
               f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', 'ipopt-enum', '--out', "
               f"{str(tmp_path / 's.json')!r}]))\n")
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert p.returncode == 130, p.stderr
-    assert p.stderr == "cefl-opt: interrupted\n"
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+    _assert_interrupted_cleanly(script, tmp_path)
 
 
 @pytest.mark.parametrize("method", ["ipopt-enum", "decentralized"])
@@ -339,11 +345,7 @@ def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, me
               "base.solve = solve\n"
               f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', {method!r}, '--out', "
               f"{str(tmp_path / 's.json')!r}]))\n")
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert p.returncode == 130, (p.stdout, p.stderr)
-    assert p.stderr == "cefl-opt: interrupted\n"
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+    _assert_interrupted_cleanly(script, tmp_path)
 
 
 def test_interrupt_note_is_cleared_after_the_command(tmp_path, monkeypatch, capsys):

@@ -71,22 +71,26 @@ def test_relay_goes_through_the_path():
     assert msgs.tolist() == [1, 1, 1, 0] and nbytes.tolist() == [8, 8, 8, 0]
 
 
+def _random_plan(preset: str, seed: int, rng, Q: int):
+    """A LocalComm on the preset's graph and a plan of Q quantities with random roots and
+    member sets."""
+    g = make_instance(preset, seed=seed).graph()
+    comm = LocalComm(g, list(g.nodes))
+    V = comm.n_nodes
+    return comm, comm.plan(rng.integers(0, V, Q),
+                           [rng.choice(V, size=int(rng.integers(1, V + 1)), replace=False)
+                            for _ in range(Q)])
+
+
 @pytest.mark.parametrize("density", [0.015, 0.04])
 def test_reduce_product_adds_as_the_message_rounds_bit_for_bit(density):
     """Entries with no term, one term and many (stored zeros and -0.0 among them), values over
     16 orders of magnitude: LocalComm.reduce_product equals the per-entry sums reduced by the
     message rounds (the root adds in entry order) bit for bit, for every map."""
     import scipy.sparse as sp
-    inst = make_instance("small", seed=6)
-    g = inst.graph()
-    names = list(g.nodes)
-    comm = LocalComm(g, names)
     rng = np.random.default_rng(11)
-    V, Q, K = len(names), 40, 60
-    plan = comm.plan(rng.integers(0, V, Q),
-                     [rng.choice(V, size=int(rng.integers(1, V + 1)), replace=False)
-                      for _ in range(Q)])
-    E = len(plan.entry_q)
+    comm, plan = _random_plan("small", 6, rng, 40)
+    E, K = len(plan.entry_q), 60
     maps = []
     for s in (5, 6, 7):
         S = sp.random(E, K, density=density, random_state=s, format="csr")
@@ -109,15 +113,9 @@ def test_composed_collectives_equal_the_message_rounds(preset):
     plan once) give what the message rounds give on the per-entry values, and charge the same
     messages."""
     import scipy.sparse as sp
-    inst = make_instance(preset, seed=4)
-    g = inst.graph()
-    names = list(g.nodes)
-    comm = LocalComm(g, names)
     rng = np.random.default_rng(2)
-    V, Q, K = len(names), 30, 25
-    plan = comm.plan(rng.integers(0, V, Q),
-                     [rng.choice(V, size=int(rng.integers(1, V + 1)), replace=False)
-                      for _ in range(Q)])
+    Q, K = 30, 25
+    comm, plan = _random_plan(preset, 4, rng, Q)
     E = len(plan.entry_q)
     maps = [sp.random(E, K, density=0.2, random_state=s, format="csr") for s in (1, 2)]
     x = rng.normal(size=K)
