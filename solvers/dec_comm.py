@@ -562,7 +562,7 @@ def _entry_sums(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> tuple[sp.csr_ma
     entry order, an empty entry left out (it adds +0.0), a one-term entry as that term
     (0.0 + t == t), a longer one as 1.0 x its sum in P."""
     nx = maps[0].shape[1]
-    order = np.argsort(plan.entry_q, kind="stable")
+    order = plan.summer().indices    # entries by quantity, in entry order: the sum's own order
     parts, rows, cols, vals = [], [], [], []
     off = nx
     for j, S in enumerate(maps):
