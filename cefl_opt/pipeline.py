@@ -37,6 +37,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     ML constants, `measure`, and to train, `train`).
     """
     from cefl_opt.solvers.base import method_spec, solve
+    from cefl_opt.solvers.isolation import NativeCrash
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
@@ -61,7 +62,12 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
         kw = {"progress": True} if "progress" in names else {}
         if meth in TRACED:
             kw["trace_path"] = str(out / f"trace_{meth}.csv")
-        res = solve(inst, meth, **kw)
+        try:
+            res = solve(inst, meth, isolate=True, **kw)
+        except NativeCrash as e:   # the other methods still run; the report says so
+            print(f"      {meth}: {e}", flush=True)
+            rows.append({"method": meth, "status": "crashed"})
+            continue
         print("      " + res.summary(), flush=True)
         if res.solution is None:
             rows.append({"method": meth, "status": res.status})

@@ -86,6 +86,7 @@ class MethodSpec:
     target: str | MethodFn
     options: str | type
     doc: str
+    native: str = "Ipopt"          # the native solver it runs, as crash messages name it
 
     def function(self) -> MethodFn:
         return _resolve(self.target)
@@ -104,10 +105,12 @@ def _resolve(ref):
 _REGISTRY: dict[str, MethodSpec] = {}
 
 
-def register(name: str, target: str | MethodFn, options: str | type, doc: str) -> MethodSpec:
+def register(name: str, target: str | MethodFn, options: str | type, doc: str,
+             native: str = "Ipopt") -> MethodSpec:
     """Register a method under `name` (see `solvers/plugins.py`); re-registering the same
-    target is a no-op, a different one under a taken name an error."""
-    spec = MethodSpec(name, target, options, doc)
+    target is a no-op, a different one under a taken name an error. `native` names the native
+    solver library the method runs (the message of a crash inside it names it)."""
+    spec = MethodSpec(name, target, options, doc, native)
     old = _REGISTRY.get(name)
     if old is not None and (old.target, old.options) != (target, options):
         raise ValueError(f"method {name!r} is already registered ({old.target})")
@@ -160,11 +163,17 @@ def options_from_namespace(args, method: str | None = None):
         raise type(e)(f"method {method!r}: {e}") from None
 
 
-def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Results:
+def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = False,
+          **kw: Any) -> Results:
     """Run a named method (see `methods()`) on `inst`. Options are given as keywords, as an
     options object of the method's class (`spec.options_class()`), or both (keywords override
     the object's fields). Unknown keys, values of the wrong type or range, and an options
-    object of another method raise `solvers.options.OptionError` naming the option."""
+    object of another method raise `solvers.options.OptionError` naming the option.
+
+    isolate: run the method in a child process (`solvers.isolation`), so that a crash of a
+    native solver (SCIP, Ipopt, the AMPL Solver Library) raises `isolation.NativeCrash`, a
+    `SolverError`, instead of killing this process. Not with the MPI backend (its processes
+    are the MPI ranks)."""
     from .options import OptionError, build_options
     inst = validated(inst)
     spec = method_spec(method)
@@ -184,7 +193,11 @@ def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Result
         return Results(method=method, termination_condition=TerminationCondition.provenInfeasible,
                        solution_status=SolutionStatus.noSolution, info={"reasons": problems})
     t0 = time.perf_counter()
-    res = spec.function()(inst, opts)
+    if isolate and getattr(opts, "backend", "local") != "mpi":
+        from .isolation import call_isolated
+        res = call_isolated(spec.function(), inst, opts, label=spec.native)
+    else:
+        res = spec.function()(inst, opts)
     res.wall_s = time.perf_counter() - t0
     if res.solution is not None:
         res.solution.method, res.solution.status = method, res.status

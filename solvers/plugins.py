@@ -2,7 +2,8 @@
 
 One line per method: name, the function `fn(inst, options) -> Results` and the options class
 (both as "module:attribute", imported on first use, so listing the methods loads no solver),
-and the one-line description that `cefl-opt solve --help` shows. Adding a method is one new
+the one-line description that `cefl-opt solve --help` shows, and the native solver it runs
+where that is not Ipopt (crash messages name it). Adding a method is one new
 module with its function and its options dataclass (a `solvers.options.MethodOptions`
 subclass) plus one line here (README, "Adding a solve method").
 """
@@ -12,8 +13,9 @@ from .base import register
 
 _C, _O = "cefl_opt.solvers.centralized", "cefl_opt.solvers.options"
 _D = "cefl_opt.solvers.decentralized"
+_ASL = "PyNumero (the AMPL Solver Library)"     # the decentralised methods' derivatives
 
-PLUGINS: tuple[tuple[str, str, str, str], ...] = (
+PLUGINS: tuple[tuple[str, ...], ...] = (
     ("ipopt-enum", f"{_C}:ipopt_enum", f"{_O}:IpoptEnumOptions",
      "Ipopt on P for every aggregator per round (coordinate sweeps), associations by the "
      "fastest-path rule, repaired by the objective; best kept"),
@@ -26,20 +28,21 @@ PLUGINS: tuple[tuple[str, str, str, str], ...] = (
     ("no-offload", f"{_C}:no_offload", f"{_O}:NoOffloadOptions",
      "conventional FL: no data leaves the UEs (aggregator by greedy-rate)"),
     ("scip", "cefl_opt.solvers.scip:solve_scip", f"{_O}:ScipOptions",
-     "SCIP global MINLP on the binary model: incumbent and proven lower bound"),
+     "SCIP global MINLP on the binary model: incumbent and proven lower bound", "SCIP"),
     ("decentralized", f"{_D}:run_decentralized", f"{_O}:DecentralizedOptions",
      "paper §V, decentralised: SCA + accelerated primal-dual per node, neighbour messages only "
-     "(relayed), binaries by a forcing penalty, then a finishing SCA with the binaries fixed"),
+     "(relayed), binaries by a forcing penalty, then a finishing SCA with the binaries fixed",
+     _ASL),
     ("decentralized-polish", f"{_D}:run_decentralized_polish", f"{_O}:DecentralizedOptions",
      "decentralized's relaxed phase and rounding, then the central association repair and an "
      "Ipopt polish"),
     ("centralized-pd", f"{_D}:run_centralized_pd", f"{_O}:DecentralizedOptions",
      "the decentralized iteration on global arrays (exact global primal-dual updates, no "
-     "messages)"),
+     "messages)", _ASL),
 )
 
 
 def load() -> None:
     """Register every method of `PLUGINS` (idempotent)."""
-    for name, target, options, doc in PLUGINS:
-        register(name, target, options, doc)
+    for name, target, options, doc, *native in PLUGINS:
+        register(name, target, options, doc, *native)

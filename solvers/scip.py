@@ -4,22 +4,24 @@ optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
 import math
-import pyomo.environ as pyo
-from pyomo.opt import TerminationCondition as PyoTC
+import time
+
+from pyomo.contrib.solver.common.results import TerminationCondition as PyoTC
+from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
 
 from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, load_solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .isolation import in_child, report_progress
 from .options import ScipOptions
 
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     """`scip`: SCIP on the binary form of P with a valid box on the delay variables."""
     bound, weights = opts.bound, opts.weights
-    solver = pyo.SolverFactory("scip_direct")
-    if not solver.available(exception_flag=False):
+    if not ScipDirect().available():
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
                           "for --method scip")
     # every part of the objective is >= 0, so at the optimum xi2 * (dA + dR) <= J(reference):
@@ -38,33 +40,30 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         params["limits/time"] = opts.time_limit
     if opts.threads > 1:
         params["parallel/maxnthreads"] = opts.threads
+    if in_child():   # the parent process handles Ctrl-C and kills this one
+        params["misc/catchctrlc"] = False
     params.update(opts.scip_options)
     try:
-        res = solver.solve(m, tee=False, options=params, load_solutions=False)
+        res = _ProgressScip().solve(m, tee=False, solver_options=params, load_solutions=False,
+                                    raise_exception_on_nonoptimal_result=False,
+                                    warmstart_discrete_vars=opts.warm)
     except Exception as e:  # pragma: no cover - SCIP errors are reported, not hidden
         raise SolverError(f"SCIP failed: {e}") from e
-    tc = res.solver.termination_condition
-    lower = res.problem.lower_bound
-    lower = float(lower) if lower is not None and math.isfinite(float(lower)) else None
-    status = {PyoTC.optimal: TerminationCondition.convergenceCriteriaSatisfied,
+    tc = res.termination_condition
+    lower = _finite(res.objective_bound)
+    status = {PyoTC.convergenceCriteriaSatisfied: TerminationCondition.convergenceCriteriaSatisfied,
               PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,
-              PyoTC.infeasible: TerminationCondition.provenInfeasible,
-              PyoTC.maxIterations: TerminationCondition.iterationLimit,
+              PyoTC.provenInfeasible: TerminationCondition.provenInfeasible,
+              PyoTC.locallyInfeasible: TerminationCondition.provenInfeasible,
+              PyoTC.iterationLimit: TerminationCondition.iterationLimit,
               }.get(tc, TerminationCondition.unknown)
-    has_sol = len(res.solution) > 0 if hasattr(res, "solution") else False
-    info = {"scip_termination": str(tc), "scip_lower_bound": lower,
-            "scip_upper_bound": _finite(res.problem.upper_bound)}
-    if not has_sol:
-        try:
-            m.solutions.load_from(res)
-            has_sol = True
-        except Exception:
-            has_sol = False
-    else:
-        m.solutions.load_from(res)
+    has_sol = res.solution_loader.get_number_of_solutions() > 0
+    info = {"scip_termination": tc.name, "scip_lower_bound": lower,
+            "scip_upper_bound": _finite(res.incumbent_objective)}
     if not has_sol or status == TerminationCondition.provenInfeasible:
         return Results(method="scip", termination_condition=status,
                        solution_status=SolutionStatus.noSolution, bound=lower, info=info)
+    res.solution_loader.load_vars()
     sol = clip_to_bounds(extract_solution(m), inst, bound)
     ev = system.evaluate(inst, sol, bound=bound, weights=weights)
     sol.objective, sol.terms = ev.objective, ev.terms
@@ -86,3 +85,43 @@ def _finite(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
+
+
+class _ProgressScip(ScipDirect):
+    """Pyomo's direct SCIP interface, reporting SCIP's incumbent and proven bound as it goes
+    (`isolation.report_progress`: a crash message quotes the last ones)."""
+
+    def _create_solver_model(self, model, config):
+        scip_model, loader, has_obj = super()._create_solver_model(model, config)
+        if in_child():
+            scip_model.includeEventhdlr(_progress_events(), "cefl_progress",
+                                        "reports incumbent and bound to the parent process")
+        return scip_model, loader, has_obj
+
+
+def _progress_events():
+    """A SCIP event handler that reports at each new incumbent, and at solved nodes at most
+    every 2 s (pyscipopt is imported here: the module loads without it)."""
+    from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
+
+    events = SCIP_EVENTTYPE.BESTSOLFOUND | SCIP_EVENTTYPE.NODESOLVED
+
+    class ProgressEvents(Eventhdlr):
+        last = 0.0
+
+        def eventinit(self):
+            self.model.catchEvent(events, self)
+
+        def eventexit(self):
+            self.model.dropEvent(events, self)
+
+        def eventexec(self, event):
+            now = time.monotonic()
+            if event.getType() != SCIP_EVENTTYPE.BESTSOLFOUND and now - self.last < 2.0:
+                return
+            self.last = now
+            report_progress(incumbent=_finite(self.model.getPrimalbound()),
+                            bound=_finite(self.model.getDualbound()),
+                            at_s=round(self.model.getSolvingTime(), 1))
+
+    return ProgressEvents()

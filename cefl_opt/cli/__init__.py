@@ -16,7 +16,8 @@ status  meaning
 3       ``solve``: the instance is infeasible (no solution written)
 4       ``solve``: no solution (time limit, solver failure; nothing written)
 70      an internal error (a bug): one line naming the exception
-130     interrupted (Ctrl-C)
+130     interrupted (Ctrl-C, SIGINT)
+143     terminated (SIGTERM); nothing is written and nothing is left behind, as for Ctrl-C
 ======  =========================================================================================
 
 Every failure is one line ``cefl-opt: error: <message>`` on stderr, never a traceback (set
@@ -40,6 +41,7 @@ from ..io import InputError
 PROG = "cefl-opt"
 EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 4, 70, 130
+EXIT_TERMINATED = 143
 
 # command word -> module of this package that registers it; a known command loads only its own
 # module (`network` and `evaluate` never import torch), help and usage errors load all.
@@ -103,7 +105,7 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
                                "dynamic federated learning with a floating aggregation point). "
                                "Exit status: 0 ok, 1 evaluate: infeasible, 2 bad input, 3 solve: "
                                "infeasible instance, 4 solve: no solution, 70 internal error, "
-                               "130 interrupted.")
+                               "130 interrupted, 143 terminated.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = list(COMMANDS) if commands is None else list(commands)
     for modname in dict.fromkeys(COMMANDS[c] for c in wanted):
@@ -121,10 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = _command_word(argv)
     debug = bool(os.environ.get("CEFL_OPT_DEBUG"))
     previous = signal.getsignal(signal.SIGINT)
+    previous_term = signal.getsignal(signal.SIGTERM)
     cefl_io.clear_interrupt()
     try:
         if not debug and previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
+        if previous_term is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _interrupt)
         parser = build_parser([word] if word in COMMANDS else None)
         try:
             args = parser.parse_args(argv)
@@ -137,9 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         return _fail(_message(e), EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         logging.disable(logging.NOTSET)
         sys.unraisablehook = sys.__unraisablehook__
+        if isinstance(e, cefl_io.Terminated):
+            print(f"{PROG}: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - the policy: one line, never a traceback
@@ -154,15 +162,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         cefl_io.clear_interrupt()   # the note is this call's: the library is usable after it
         if signal.getsignal(signal.SIGINT) is _interrupt:
             signal.signal(signal.SIGINT, previous)
+        if signal.getsignal(signal.SIGTERM) is _interrupt:
+            signal.signal(signal.SIGTERM, previous_term)
 
 
 def _interrupt(signum, frame):
-    """Ctrl-C: silence what an interrupted solver would log or print on its way out (Pyomo's
-    logged traceback, exceptions raised inside solver callbacks), then interrupt."""
+    """Ctrl-C or SIGTERM: silence what an interrupted solver would log or print on its way out
+    (Pyomo's logged traceback, exceptions raised inside solver callbacks), then interrupt
+    (`Terminated` for SIGTERM); the clean-up is that of every interrupt."""
     logging.disable(logging.CRITICAL)
     sys.unraisablehook = lambda *_: None
-    cefl_io.note_interrupt()
-    raise KeyboardInterrupt
+    terminated = signum == signal.SIGTERM
+    cefl_io.note_interrupt(terminated)
+    raise cefl_io.Terminated if terminated else KeyboardInterrupt
 
 
 def _fail(message: str, code: int) -> int:

@@ -55,7 +55,7 @@ def run_solve(args: argparse.Namespace) -> int:
     try:
         if tmp_trace is not None:
             opts = opts.replace(trace_path=tmp_trace)
-        res = solve(inst, args.method, opts)
+        res = solve(inst, args.method, opts, isolate=True)
         if res.info.get("rank", 0) != 0:   # an MPI process other than 0: it writes nothing
             return EXIT_OK
         print(res.summary())

@@ -1,0 +1,179 @@
+"""Native solvers in a child process, so that a crash inside one cannot take the caller down.
+
+SCIP, Ipopt (cyipopt) and the AMPL Solver Library (PyNumero) are C and C++ libraries: an
+assertion, a heap check or a segmentation fault inside one of them kills the whole Python
+process with a signal, and no ``except`` clause sees it. :func:`call_isolated` runs a method in a
+forked child instead and reads its outcome through a pipe:
+
+* the child's return value, or the exception it raised (re-raised here, with its type where it
+  can be pickled);
+* progress that the method reports on the way (:func:`report_progress`: SCIP's incumbent and
+  proven bound, say), kept by the parent so that a crash can still say how far the solve got;
+* when the child dies without an outcome (killed by a signal, or exited), a
+  :class:`NativeCrash` naming the solver, the signal, the seconds run and the last progress.
+
+The parent owns interruption: on Ctrl-C (KeyboardInterrupt), SIGTERM (the command line's
+``Terminated``) or any other exception while it waits, it kills the child and re-raises, so an
+interrupted solve never returns a result. The child ignores SIGINT (the parent acts for the
+whole process group) and is killed with the parent if the parent dies (Linux
+``PR_SET_PDEATHSIG``).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import signal
+import struct
+import sys
+import time
+from typing import Any, Callable
+
+from .base import SolverError
+
+_HEADER = struct.Struct("!Q")
+_PROGRESS_FD: int | None = None        # the pipe of the child we are in, if any
+
+
+class NativeCrash(SolverError):
+    """A native solver ended its process without an outcome (a signal such as SIGABRT or
+    SIGSEGV, or an exit without a result). `progress` holds the last reported progress."""
+
+    def __init__(self, message: str, *, signal_name: str | None, seconds: float,
+                 progress: dict[str, Any]):
+        super().__init__(message)
+        self.signal_name, self.seconds, self.progress = signal_name, seconds, progress
+
+
+def in_child() -> bool:
+    """True inside a child of :func:`call_isolated`."""
+    return _PROGRESS_FD is not None
+
+
+def report_progress(**values: Any) -> None:
+    """Send progress (plain numbers and strings) to the parent of an isolated call; a no-op
+    outside one. A crash message quotes the last values sent."""
+    if _PROGRESS_FD is not None:
+        _send(_PROGRESS_FD, ("progress", values))
+
+
+def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
+    """``fn(*args)`` in a forked child; its return value, or its exception re-raised here.
+
+    `label` names the solver in the crash message ("SCIP"), which also quotes the last reported
+    progress. Raises :class:`NativeCrash` if the child dies without an outcome."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:                                   # the child: never returns
+        os.close(read_fd)
+        _child(fn, args, write_fd)
+    os.close(write_fd)
+    progress: dict[str, Any] = {}
+    outcome = None
+    try:
+        with os.fdopen(read_fd, "rb") as pipe:
+            for kind, value in _messages(pipe):
+                if kind == "progress":
+                    progress.update(value)
+                else:
+                    outcome = (kind, value)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+    finally:
+        if pid:                                    # interrupted or failed while waiting
+            _kill(pid)
+    if outcome is None:
+        raise _crash(label, status, time.monotonic() - t0, progress)
+    kind, value = outcome
+    if kind == "error":
+        raise value
+    return value
+
+
+def _child(fn: Callable[..., Any], args: tuple, write_fd: int) -> None:
+    """Run `fn` and send its outcome; leave through os._exit (no atexit handlers, no flush of
+    the parent's buffers twice)."""
+    global _PROGRESS_FD
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _die_with_parent()
+        _PROGRESS_FD = write_fd
+        try:
+            outcome = ("result", fn(*args))
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+            outcome = ("error", _picklable(e))
+        _send(write_fd, outcome)
+    except BaseException:  # noqa: BLE001 - the parent reports a missing outcome
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)              # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):              # not Linux: the parent still kills us
+        pass
+    if os.getppid() == 1:                          # the parent died before prctl
+        os._exit(1)
+
+
+def _picklable(e: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any exception that does not survive pickling
+        return SolverError(f"{type(e).__name__}: {e}")
+
+
+def _send(fd: int, message: tuple) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _messages(pipe):
+    """The (kind, value) messages of the pipe until the child closes it."""
+    while True:
+        head = pipe.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            return
+        (n,) = _HEADER.unpack(head)
+        data = pipe.read(n)
+        if len(data) < n:
+            return                                 # the child died mid-message
+        yield pickle.loads(data)
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL the child and reap it (a native solver may not answer SIGTERM in time)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _crash(label: str, status: int, seconds: float, progress: dict[str, Any]) -> NativeCrash:
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status)).name
+        how = f"aborted ({sig})"
+    else:
+        sig = None
+        how = f"exited with status {os.WEXITSTATUS(status)} and no result"
+    text = f"no solution: {label} {how} after {seconds:.0f} s"
+    if progress:
+        text += "; last reported: " + ", ".join(
+            f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in progress.items())
+    return NativeCrash(text, signal_name=sig, seconds=seconds, progress=progress)

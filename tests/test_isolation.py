@@ -1,0 +1,184 @@
+"""Native solvers in a child process (`cefl_opt.solvers.isolation`): outcomes and exceptions come
+back, a crash becomes a NativeCrash naming the solver, the signal and the last progress, and an
+interrupted or dying parent leaves no child behind. The CLI turns an abort injected inside SCIP,
+Ipopt or PyNumero into exit 4 with one message and nothing written."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cefl_opt.solvers.base import SolverError
+from cefl_opt.solvers.isolation import NativeCrash, call_isolated, in_child, report_progress
+
+
+def _gone(pid: int, wait: float = 10.0) -> bool:
+    """True once `pid` no longer exists (or is a zombie of another parent, reaped soon)."""
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---------------------------------------------------------------------- outcomes
+def test_the_childs_return_value_comes_back():
+    assert call_isolated(lambda a, b: {"sum": a + b, "child": in_child()}, 2, 3,
+                         label="x") == {"sum": 5, "child": True}
+    assert not in_child()
+
+
+def test_the_childs_exception_is_raised_with_its_type():
+    def fail():
+        raise ValueError("option 'gap' must be a finite number, got nan")
+    with pytest.raises(ValueError, match="option 'gap' must be a finite number"):
+        call_isolated(fail, label="x")
+
+
+def test_an_unpicklable_exception_becomes_a_solver_error_naming_its_type():
+    class Local(Exception):     # a local class cannot be pickled
+        pass
+
+    def fail():
+        raise Local("deep inside")
+    with pytest.raises(SolverError, match="Local: deep inside"):
+        call_isolated(fail, label="x")
+
+
+def test_a_large_result_comes_back_whole():
+    import numpy as np
+    a = call_isolated(lambda: np.arange(2_000_000, dtype=float), label="x")  # 16 MB > a pipe
+    assert a.shape == (2_000_000,) and a[-1] == 1_999_999.0
+
+
+# ---------------------------------------------------------------------- crashes
+def test_an_abort_becomes_a_native_crash_with_signal_and_time():
+    with pytest.raises(NativeCrash) as e:
+        call_isolated(os.abort, label="SCIP")
+    assert e.value.signal_name == "SIGABRT"
+    assert str(e.value).startswith("no solution: SCIP aborted (SIGABRT) after ")
+    assert isinstance(e.value, SolverError)     # the CLI's exit 4
+
+
+def test_a_crash_message_quotes_the_last_progress():
+    def work():
+        report_progress(incumbent=1.5, bound=0.25, at_s=1.0)
+        report_progress(incumbent=1.25, at_s=2.0)      # bound kept from the first report
+        os.kill(os.getpid(), signal.SIGSEGV)
+    with pytest.raises(NativeCrash) as e:
+        call_isolated(work, label="SCIP")
+    assert e.value.signal_name == "SIGSEGV"
+    assert e.value.progress == {"incumbent": 1.25, "bound": 0.25, "at_s": 2.0}
+    assert "last reported: incumbent 1.25, bound 0.25, at_s 2" in str(e.value)
+
+
+def test_an_exit_without_outcome_is_a_crash_too():
+    with pytest.raises(NativeCrash, match=r"Ipopt exited with status 3 and no result") as e:
+        call_isolated(lambda: os._exit(3), label="Ipopt")
+    assert e.value.signal_name is None
+
+
+def test_progress_outside_a_child_is_a_no_op():
+    report_progress(incumbent=1.0)          # nothing to send to, nothing raised
+
+
+# ---------------------------------------------------------------------- the parent's signals
+def test_an_interrupt_while_waiting_kills_the_child(tmp_path):
+    pidfile = tmp_path / "pid"
+
+    def sleeper():
+        pidfile.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    def ring(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            call_isolated(sleeper, label="x")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert _gone(int(pidfile.read_text()), wait=1.0)
+
+
+def test_the_child_dies_with_its_parent(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        import os, time
+        from cefl_opt.solvers.isolation import call_isolated
+        def sleeper():
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            time.sleep(60)
+        call_isolated(sleeper, label="x")
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        end = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _gone(child)
+
+
+# ---------------------------------------------------------------------- the command line
+# Each script patches a native call so that it aborts the process from inside the solver, then
+# runs the CLI; the fork makes the child inherit the patch.
+INJECT = {
+    # inside SCIP: its first progress report (an event callback called by SCIP's C code)
+    "scip": "import cefl_opt.solvers.scip as s\n"
+            "real = s.report_progress\n"
+            "def boom(**kw):\n"
+            "    real(**kw); os.abort()\n"
+            "s.report_progress = boom\n",
+    # inside Ipopt: its intermediate callback (called by Ipopt's C++ code every iteration)
+    "greedy-rate": "from pyomo.contrib.pynumero.interfaces import cyipopt_interface as c\n"
+                   "c.CyIpoptNLP.intermediate = lambda *a, **k: os.abort()\n",
+    # inside the AMPL Solver Library's derivatives (PyNumero), which decentralized uses
+    "decentralized": "from pyomo.contrib.pynumero.asl import AmplInterface as A\n"
+                     "A.eval_jac_g = lambda *a, **k: os.abort()\n",
+}
+NATIVE = {"scip": "SCIP", "greedy-rate": "Ipopt", "decentralized": "PyNumero"}
+
+
+@pytest.mark.parametrize("method", sorted(INJECT))
+def test_cli_turns_an_injected_native_abort_into_exit_4(tmp_path, method):
+    from cefl_opt.generator import make_instance
+    net = tmp_path / "net.json"
+    make_instance("tiny", rounds=2, seed=3).save(net)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out, trace = tmp_path / "sol.json", tmp_path / "trace.csv"
+    argv = ["solve", str(net), "--method", method, "--out", str(out)]
+    argv += ["--time-limit", "30"] if method == "scip" else []
+    argv += ["--trace", str(trace)] if method == "decentralized" else []
+    script = "import os, sys\n" + INJECT[method] + \
+             f"from cefl_opt.cli import main\nsys.exit(main({argv!r}))\n"
+    tmp_before = set(os.listdir("/tmp"))
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 4, p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("cefl-opt:")]
+    assert len(err) == 1 and err[0].startswith(
+        f"cefl-opt: error: no solution: {NATIVE[method]}"), p.stderr
+    assert "aborted (SIGABRT) after" in err[0]
+    if method == "scip":          # the abort came after SCIP's first report: it is quoted
+        assert "last reported: incumbent" in err[0]
+    assert "Traceback" not in p.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before        # nothing written
+    assert not {f for f in set(os.listdir("/tmp")) - tmp_before if f.startswith("cefl-opt")}
