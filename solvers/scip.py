@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from pyomo.contrib.solver.common.results import TerminationCondition as PyoTC
 from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
@@ -16,6 +17,10 @@ from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, loa
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
 from .isolation import in_child, report_progress
 from .options import ScipOptions
+
+#: Options of the Ipopt inside SCIP (its NLP heuristics): MUMPS orders with AMD, not METIS,
+#: whose bundled build aborts the process on some of P's systems (the file says why)
+IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
 
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
@@ -35,7 +40,7 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, ref)
     params = {"limits/gap": opts.gap, "randomization/randomseedshift": opts.seed,
-              "numerics/feastol": 1e-7}
+              "numerics/feastol": 1e-7, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
     if opts.time_limit is not None:
         params["limits/time"] = opts.time_limit
     if opts.threads > 1:
@@ -59,7 +64,7 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
               }.get(tc, TerminationCondition.unknown)
     has_sol = res.solution_loader.get_number_of_solutions() > 0
     info = {"scip_termination": tc.name, "scip_lower_bound": lower,
-            "scip_upper_bound": _finite(res.incumbent_objective)}
+            "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params}
     if not has_sol or status == TerminationCondition.provenInfeasible:
         return Results(method="scip", termination_condition=status,
                        solution_status=SolutionStatus.noSolution, bound=lower, info=info)

@@ -81,6 +81,37 @@ def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
         assert res.objective <= best * (1 + 1e-4)
 
 
+def test_scip_passes_its_ipopt_an_options_file_that_avoids_metis():
+    """SCIP's NLP heuristics run its bundled Ipopt; the METIS ordering of MUMPS aborts the process
+    on some of P's systems, so SCIP is given an Ipopt options file choosing AMD (pivot order 0).
+    SCIP stops with an error on an options file Ipopt rejects, so the solve itself shows that
+    the file is read and valid."""
+    from cefl_opt.solvers.scip import IPOPT_OPTIONS_FILE
+    inst = make_instance("tiny", seed=0, bss=1, rounds=1)
+    res = solve(inst, "scip", time_limit=5)
+    assert res.info["scip_parameters"]["nlpi/ipopt/optfile"] == str(IPOPT_OPTIONS_FILE)
+    lines = [ln.split() for ln in IPOPT_OPTIONS_FILE.read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines == [["mumps_pivot_order", "0"]]
+    assert res.solution is not None
+
+
+@pytest.mark.slow
+def test_scip_runs_to_its_time_limit_on_a_paper_instance_that_aborted(tmp_path):
+    """Paper seed 9001, T = 3: SCIP aborted the process (SIGABRT in METIS, inside SCIP's MPEC
+    heuristic's Ipopt) after 150-200 s before its Ipopt was moved off METIS. Now it runs to the
+    time limit with a feasible incumbent and a bound below it."""
+    net, out = tmp_path / "net.json", tmp_path / "s.json"
+    make_instance("paper", seed=9001, rounds=3).save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "scip", "--time-limit", "420", "--out", str(out)], capture_output=True,
+                       text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["status"] in ("time_limit", "optimal")
+    assert data["bound"] is not None and 0 < data["bound"] <= data["objective"]
+
+
 def test_infeasible_instance_gets_an_infeasible_status_and_exit_code(tmp_path):
     inst = make_instance("small", seed=0)
     bad = inst.copy(Rmax_s=np.full(inst.S, 0.5 * inst.B * inst.R_floor))
