@@ -3,54 +3,25 @@ exit 130 (SIGINT) or 143 (SIGTERM), one line on stderr, nothing written, no temp
 report folder left, and no solver child process left running."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_interrupts import signal_run
 from cefl_opt.generator import make_instance
 
-EXE = Path(sys.executable).with_name("cefl-opt")
 CODE = {signal.SIGINT: (130, "cefl-opt: interrupted\n"),
         signal.SIGTERM: (143, "cefl-opt: terminated\n")}
 
 
-def _processes_naming(marker: str) -> list[int]:
-    """Pids of live processes whose command line contains `marker` (a unique tmp path)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if marker in cmd and state != "Z":
-            pids.append(int(d.name))
-    return pids
-
-
 def _signal_after(argv: list[str], sig: int, delay: float, folder: Path):
-    """Start the CLI, send `sig` after `delay` s, return (returncode, stderr)."""
-    trace_tmp = set(Path("/tmp").glob("cefl-opt-trace.*"))
-    p = subprocess.Popen([str(EXE), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(delay)
-    still_running = p.poll() is None
-    p.send_signal(sig)
-    out, err = p.communicate(timeout=120)
-    assert still_running, f"the command ended before the signal at {delay} s: {out} {err}"
-    end = time.monotonic() + 10
-    while _processes_naming(str(folder)) and time.monotonic() < end:
-        time.sleep(0.1)
-    assert _processes_naming(str(folder)) == [], "a solver process outlived the command"
-    assert set(Path("/tmp").glob("cefl-opt-trace.*")) <= trace_tmp, "a trace temporary was left"
-    return p.returncode, err
+    """Start the CLI, send `sig` after `delay` s; (returncode, stderr) once nothing is left."""
+    r = signal_run(argv, sig, delay, folder)
+    assert r["running_at_signal"], f"the command ended before the signal at {delay} s: {r}"
+    assert r["processes_left"] == [], "a solver process outlived the command"
+    assert r["temporaries_left"] == [], "a trace temporary was left"
+    return r["returncode"], r["stderr"]
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +50,40 @@ def test_a_signal_during_a_solve_exits_cleanly(tmp_path, small_net, method, flag
     code, err = _signal_after(argv, sig, delay, tmp_path)
     assert (code, err) == CODE[sig]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_line_loads_ends_it_cleanly(tmp_path, small_net, sig):
+    """The console script notes a signal from its first statement; one that arrives before the
+    command line has loaded ends the command with its code and one line, having done nothing."""
+    import subprocess
+    import sys
+    net = tmp_path / "net.json"
+    net.write_bytes(small_net.read_bytes())
+    argv = ["solve", str(net), "--method", "decentralized", "--out", str(tmp_path / "s.json")]
+    script = ("import os, signal, sys\n"
+              "import cefl_opt._entry as entry\n"
+              f"os.kill(os.getpid(), {int(sig)})\n"
+              f"sys.argv = ['cefl-opt', *{argv!r}]\n"
+              "sys.exit(entry.main())\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (p.returncode, p.stderr) == CODE[sig]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+
+
+def test_interrupt_summary_counts_only_clean_runs_as_expected():
+    import pandas as pd
+    from benchmarks.bench_interrupts import summarise
+    base = {"method": "scip", "expected": 130, "exit": 130, "stderr_lines": 1,
+            "traceback": False, "files_left": "", "temporaries_left": "", "processes_left": 0,
+            "running_at_signal": True}
+    bad = [{"exit": 0}, {"stderr_lines": 2}, {"traceback": True}, {"files_left": "s.json"},
+           {"temporaries_left": "/tmp/x"}, {"processes_left": 1}]
+    df = pd.DataFrame([base] + [{**base, **b} for b in bad])
+    s = summarise(df).iloc[0]
+    assert (s["runs"], s["as_expected"], s["files_left"], s["processes_left"]) == (7, 1, 1, 1)
+    assert s["exit_codes"] == "0x1 130x6"
 
 
 def test_sigterm_during_run_leaves_no_report_folder(tmp_path):

@@ -1,4 +1,5 @@
-"""The ``cefl-opt`` command line (console script ``cefl-opt = cefl_opt.cli:main``).
+"""The ``cefl-opt`` command line (console script ``cefl-opt``: :mod:`cefl_opt._entry`, which
+notes signals while this package loads, then calls :func:`main`).
 
 One module per command, each with ``register(subparsers)`` adding its parser whose ``func`` is a
 handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evaluate``, ``train``
@@ -118,7 +119,9 @@ def _command_word(argv: Sequence[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------- main
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -> int:
+    """Run one command; its exit status. `early_signals`: SIGINT/SIGTERM noted by the console
+    script (`cefl_opt._entry`) before this ran; the first ends the command at once."""
     argv = list(sys.argv[1:] if argv is None else argv)
     word = _command_word(argv)
     debug = bool(os.environ.get("CEFL_OPT_DEBUG"))
@@ -126,10 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_term = signal.getsignal(signal.SIGTERM)
     cefl_io.clear_interrupt()
     try:
-        if not debug and previous is signal.default_int_handler:
+        if not debug and _ours_to_replace(previous, signal.default_int_handler):
             signal.signal(signal.SIGINT, _interrupt)
-        if previous_term is signal.SIG_DFL:
+        if _ours_to_replace(previous_term, signal.SIG_DFL):
             signal.signal(signal.SIGTERM, _interrupt)
+        if early_signals:
+            _interrupt(early_signals[0], None)
         parser = build_parser([word] if word in COMMANDS else None)
         try:
             args = parser.parse_args(argv)
@@ -164,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
         if signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGTERM, previous_term)
+
+
+def _ours_to_replace(handler, default) -> bool:
+    """The default disposition, or the console script's early note (`cefl_opt._entry`)."""
+    return handler is default or getattr(handler, "cefl_early", False)
 
 
 def _interrupt(signum, frame):

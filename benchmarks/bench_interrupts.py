@@ -1,0 +1,134 @@
+"""Interrupt `cefl-opt solve` at random moments and record what is left.
+
+For each method, `--runs` runs on one instance; run i gets SIGINT (even i) or SIGTERM (odd i)
+after a delay drawn uniformly from [0.05, --max-delay] s (seeded). Each row records the exit
+code (expected 130 / 143), the lines on stderr, the files left in the run's folder beside the
+instance, trace temporaries left in /tmp, and solver processes still alive afterwards. Writes
+`interrupts.csv` (one row per run) and `interrupts_summary.csv` (the distribution per method).
+
+    python -m benchmarks.bench_interrupts --runs 20 --max-delay 8
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from benchmarks.common import out_dir, parser, write_csv
+from cefl_opt.generator import make_instance
+
+EXE = Path(sys.executable).with_name("cefl-opt")
+METHODS = {"scip": ["--time-limit", "120"], "ipopt-enum": ["--sweeps", "3"],
+           "decentralized": []}
+
+
+def processes_naming(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line contains `marker`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+def signal_run(argv: list[str], sig: int, delay: float, folder: Path) -> dict:
+    """Run `cefl-opt argv`, send `sig` after `delay` s, and inspect the aftermath: exit code,
+    stderr, whether it was still running at the signal, files in `folder` other than the
+    instance `net.json`, new /tmp trace temporaries, processes naming `folder` still alive."""
+    traces = set(Path("/tmp").glob("cefl-opt-trace.*"))
+    p = subprocess.Popen([str(EXE), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(delay)
+    running = p.poll() is None
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=300)
+    end = time.monotonic() + 10
+    while processes_naming(str(folder)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return {"returncode": p.returncode, "stderr": err, "running_at_signal": running,
+            "files_left": sorted(x.name for x in folder.iterdir() if x.name != "net.json"),
+            "temporaries_left": sorted(str(t) for t in
+                                       set(Path("/tmp").glob("cefl-opt-trace.*")) - traces),
+            "processes_left": processes_naming(str(folder))}
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--runs", type=int, default=20, help="interrupted runs per method")
+    ap.add_argument("--max-delay", type=float, default=8.0, help="latest signal, seconds")
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    inst = make_instance(args.preset, rounds=2, seed=args.seed)
+    rows = []
+    jobs = [(m, i) for m in args.methods.split(",") for i in range(args.runs)]
+    for method, i in tqdm(jobs, desc="interrupted runs"):
+        sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
+        delay = float(rng.uniform(0.05, args.max_delay))
+        folder = Path(tempfile.mkdtemp(prefix="cefl-interrupt."))
+        try:
+            net = folder / "net.json"
+            inst.save(net)
+            cmd = ["solve", str(net), "--method", method, "--out", str(folder / "s.json"),
+                   *METHODS.get(method, [])]
+            if method == "decentralized":
+                cmd += ["--trace", str(folder / "t.csv")]
+            r = signal_run(cmd, sig, delay, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        rows.append({"method": method, "run": i, "signal": signal.Signals(sig).name,
+                     "delay_s": round(delay, 3), "exit": r["returncode"],
+                     "expected": 130 if sig == signal.SIGINT else 143,
+                     "running_at_signal": r["running_at_signal"],
+                     "stderr_lines": len(r["stderr"].splitlines()),
+                     "traceback": "Traceback" in r["stderr"],
+                     "files_left": " ".join(r["files_left"]),
+                     "temporaries_left": " ".join(r["temporaries_left"]),
+                     "processes_left": len(r["processes_left"])})
+    df = pd.DataFrame(rows)
+    out = out_dir(args)
+    write_csv(df, out / "interrupts.csv")
+    summary = summarise(df)
+    write_csv(summary, out / "interrupts_summary.csv")
+    print(summary.to_string(index=False))
+    return 0 if summary["as_expected"].eq(summary["runs"]).all() else 1
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method: runs, exit codes seen, runs as expected (the expected code, one stderr line,
+    no traceback, nothing left), and the counts of each kind of debris."""
+    ok = ((df["exit"] == df["expected"]) & (df["stderr_lines"] == 1) & ~df["traceback"]
+          & (df["files_left"] == "") & (df["temporaries_left"] == "")
+          & (df["processes_left"] == 0))
+    rows = []
+    for method, g in df.assign(ok=ok).groupby("method", sort=False):
+        codes = Counter(g["exit"].tolist())
+        rows.append({"method": method, "runs": len(g),
+                     "exit_codes": " ".join(f"{c}x{n}" for c, n in sorted(codes.items())),
+                     "as_expected": int(g["ok"].sum()),
+                     "files_left": int((g["files_left"] != "").sum()),
+                     "temporaries_left": int((g["temporaries_left"] != "").sum()),
+                     "processes_left": int(g["processes_left"].sum()),
+                     "ended_before_signal": int((~g["running_at_signal"]).sum())})
+    return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
