@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, InstanceError
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
@@ -251,6 +251,10 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     k = resolve_constants(constants)
     t_start = time.perf_counter()
     dec = method != "centralized-pd"
+    if dec and not inst.graph_edges:
+        raise InstanceError(f"field 'graph_edges' is missing or empty: method {method!r} passes "
+                            f"its messages over the instance's communication graph (`cefl-opt "
+                            f"network generate` draws one)")
     st = structure if structure is not None else build_structure(
         inst, bound=bound, relax_init=(init == "relaxed"))
     st.reset_bounds()
