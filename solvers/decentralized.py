@@ -68,7 +68,8 @@ CENTRAL_STEPS = {"decentralized": [],
                  "decentralized-polish": ["association_repair", "ipopt_polish"],
                  "centralized-pd": ["global_primal_dual"]}
 TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
-                "rho", "inner_iters", "inner_residual", "step_inf", "stationarity", "rejected",
+                "rho", "inner_iters", "inner_residual", "step_inf", "step_factor",
+                "stationarity", "rejected",
                 "L_raised", "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max",
                 "bytes_mean")
 
@@ -305,6 +306,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                      "max_violation": rec.violation, "forcing_violation": rec.forcing,
                      "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
                      "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+                     "step_factor": rec.zeta,
                      "stationarity": rec.stationarity,
                      "rejected": int(rec.rejected), "L_raised": rec.L_raised,
                      "aggregators": "" if d is None else

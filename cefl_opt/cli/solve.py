@@ -64,11 +64,11 @@ def run_solve(args: argparse.Namespace) -> int:
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.info.get("reasons", [])
+            _fail_line(f"the instance is infeasible, no solution written to '{args.out}'"
+                       + (f": {reasons[0]}" if reasons else ""), EXIT_INFEASIBLE_INSTANCE)
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
-            return _fail_line(f"the instance is infeasible, no solution written to "
-                              f"'{args.out}'" + (f": {reasons[0]}" if reasons else ""),
-                              EXIT_INFEASIBLE_INSTANCE)
+            return EXIT_INFEASIBLE_INSTANCE
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
             why = res.info.get("message") or res.info.get("error")
