@@ -178,3 +178,57 @@ def test_format_1_file_maps_both_names_and_its_errors_use_the_old_names(tiny, tm
     d["xi3_total"], d["xi3"] = 0.125, [-1.0] * 6
     with pytest.raises(InstanceError, match="field 'xi3' has invalid value"):
         Instance.from_dict(d)
+
+
+# ---------------------------------------------------------------------- every option's ends
+def _option_ends():
+    """(class, field, value, accepted) at both ends of every ranged option of every method:
+    a closed end is accepted, an open end and the next value beyond either end refused."""
+    import dataclasses
+    import typing
+
+    from cefl_opt.solvers import base as solver_base
+    from cefl_opt.solvers.options import _split_optional
+    seen = set()
+    for cls in solver_base.options_classes().values():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            bounds = getattr(f.metadata.get("check"), "bounds", None)
+            if bounds is None or (cls, f.name) in seen:
+                continue
+            seen.add((cls, f.name))
+            typ, _ = _split_optional(hints[f.name])
+            lo, hi, lo_open, hi_open = bounds
+            step = (lambda x, d: x + d) if typ is int else (
+                lambda x, d: float(np.nextafter(x, np.inf if d > 0 else -np.inf)))
+            cases = [(lo, not lo_open), (step(lo, -1), False), (step(lo, +1), True)]
+            if hi is not None:
+                cases += [(hi, not hi_open), (step(hi, +1), False), (step(hi, -1), True)]
+            for v, ok in cases:
+                v = typ(v)
+                yield pytest.param(cls, f.name, v, ok, id=f"{cls.__name__}.{f.name}={v!r}")
+
+
+@pytest.mark.parametrize("cls,name,value,ok", list(_option_ends()))
+def test_every_option_range_end(cls, name, value, ok):
+    from cefl_opt.solvers.options import OptionError
+    if ok:
+        assert getattr(cls(**{name: value}), name) == value
+    else:
+        with pytest.raises(OptionError, match=f"'{name}'"):
+            cls(**{name: value})
+
+
+def test_train_aggregator_boundary(tmp_path, capsys):
+    """train --aggregator: the last DC index is accepted, one more refused."""
+    from cefl_opt.learning.toy import toy_instance, toy_solution
+    inst = toy_instance(N=3, B=2, S=2, T=2, D=80, seed=0)
+    inst.save(tmp_path / "net.json")
+    toy_solution(inst, gamma=2, m=0.3).save(tmp_path / "sol.json")
+    argv = ["train", str(tmp_path / "net.json"), str(tmp_path / "sol.json"), "--dataset",
+            "digits", "--rounds", "1", "--method", "fedavg", "--test-max", "20", "--no-progress",
+            "--out", str(tmp_path / "h.csv")]
+    assert cli.main(argv + ["--aggregator", str(inst.S)]) == 2
+    assert f"'--aggregator' value {inst.S}" in capsys.readouterr().err
+    assert not (tmp_path / "h.csv").exists()
+    assert cli.main(argv + ["--aggregator", str(inst.S - 1)]) == 0, capsys.readouterr().err
