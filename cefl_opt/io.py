@@ -93,7 +93,8 @@ def read_json(path: str | Path, *, what: str) -> Any:
     except UnicodeDecodeError:
         raise InputError(f"{what} file '{p}' is not UTF-8 text") from None
     except RecursionError:
-        raise InputError(f"{what} file '{p}' is nested too deeply to be {_article(what)} {what}") from None
+        raise InputError(f"{what} file '{p}' is nested too deeply to be {_article(what)} "
+                         f"{what}") from None
 
 
 def _article(word: str) -> str:
