@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 
 run: install
-	$(VENV)/bin/cefl-opt run --out results/run
+	$(VENV)/bin/cefl-opt run --out results/run --overwrite
 
 test: install
 	$(VPY) -m pytest -q $(PYTEST_ARGS)

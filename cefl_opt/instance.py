@@ -5,7 +5,9 @@ solvers rescale internally (GHz, Gbit/s, ...); the instance file stays physical.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import numbers
 import re
@@ -32,40 +34,74 @@ class InfeasibleInstance(InstanceError):
     """A well-formed instance for which Problem P has no feasible point (e.g. capacities)."""
 
 
-# name -> (shape spec, kind). Shape letters: T rounds, N UEs, B BSs, S DCs, I = N+S DPUs.
-ARRAY_FIELDS: dict[str, tuple[str, str]] = {
-    "Dbar": ("TN", "pos"),          # data points held by UE n at round t
-    "R_nb": ("TNB", "pos"),         # UE->BS uplink rate (bit/s)
-    "P_nb": ("TNB", "pos"),         # UE transmit power (W)
-    "R_bn": ("TBN", "pos"),         # BS->UE downlink rate (bit/s)
-    "P_b": ("TB", "pos"),           # BS broadcast power (W)
-    "Rmax_bs": ("BS", "pos"),       # BS->DC link capacity (bit/s)
-    "Rmax_s": ("S", "pos"),         # DC ingress capacity (bit/s)
-    "P_bs": ("BS", "pos"),          # BS->DC transmit power (W)
-    "R_sb": ("TSB", "pos"),         # DC->BS rate (bit/s)
-    "P_sb": ("SB", "pos"),          # DC->BS power (W)
-    "R_ss": ("TSS", "pos_offdiag"),  # DC->DC rate (bit/s); diagonal unused (delta_ss = 0)
-    "P_ss": ("SS", "nonneg"),       # DC->DC power (W)
-    "c": ("N", "pos"),              # UE CPU cycles per data point (per SGD sample)
-    "alpha": ("N", "pos"),          # UE effective capacitance (energy = c g m D f^2 alpha/2)
-    "f_min": ("N", "pos"),          # Hz
-    "f_max": ("N", "pos"),          # Hz
-    "M": ("S", "pos"),              # machines per DC
-    "C": ("S", "pos"),              # per-machine capacity (data points/s)
-    "Pbar": ("S", "pos"),           # peak power per machine (W)
-    "Theta": ("I", "nonneg"),       # local data variability (Assumption 2)
-    "sigma": ("I", "nonneg"),       # data standard deviation sigma~_i
-    "Delta": ("TI", "nonneg"),      # model drift per unit time
-    "xi3_parts": ("K6", "nonneg"),  # energy sub-weights xi_{3,1..6} (format 1: 'xi3')
+# Rates in bit/s, powers in W, frequencies in Hz; "pts" = data points.
+RATE, POWER = (1e-3, 1e15, "bit/s"), (1e-12, 1e6, "W")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One numeric field of an instance: its shape (letters T rounds, N UEs, B BSs, S DCs,
+    I = N+S DPUs, K6 the six energy sub-weights; "" for a scalar), its sign kind (see
+    `_KIND_TEXT`), and the range [lo, hi] its nonzero entries must lie in (`unit`). The ranges
+    keep every term of P finite (delays, energies and the ML bound stay far below 1e308 even
+    with every field at an extreme); `kind` says whether 0 is allowed."""
+    shape: str
+    kind: str
+    lo: float
+    hi: float
+    unit: str
+
+
+# The single source of truth for numeric fields: name -> FieldSpec (README, "Instance format").
+FIELDS: dict[str, FieldSpec] = {
+    "Dbar": FieldSpec("TN", "pos", 1e-3, 1e12, "pts"),     # data points held by UE n at round t
+    "R_nb": FieldSpec("TNB", "pos", *RATE),                 # UE->BS uplink rate
+    "P_nb": FieldSpec("TNB", "pos", *POWER),                # UE transmit power
+    "R_bn": FieldSpec("TBN", "pos", *RATE),                 # BS->UE downlink rate
+    "P_b": FieldSpec("TB", "pos", *POWER),                  # BS broadcast power
+    "Rmax_bs": FieldSpec("BS", "pos", *RATE),               # BS->DC link capacity
+    "Rmax_s": FieldSpec("S", "pos", *RATE),                 # DC ingress capacity
+    "P_bs": FieldSpec("BS", "pos", *POWER),                 # BS->DC transmit power
+    "R_sb": FieldSpec("TSB", "pos", *RATE),                 # DC->BS rate
+    "P_sb": FieldSpec("SB", "pos", *POWER),                 # DC->BS power
+    "R_ss": FieldSpec("TSS", "pos_offdiag", *RATE),         # DC->DC rate; diagonal unused
+    "P_ss": FieldSpec("SS", "nonneg", *POWER),              # DC->DC power
+    "c": FieldSpec("N", "pos", 1e-6, 1e15, "cycles/pt"),    # UE CPU cycles per data point
+    "alpha": FieldSpec("N", "pos", 1e-40, 1.0, "J/(cycle Hz^2)"),  # UE effective capacitance
+    "f_min": FieldSpec("N", "pos", 1.0, 1e12, "Hz"),
+    "f_max": FieldSpec("N", "pos", 1.0, 1e12, "Hz"),
+    "M": FieldSpec("S", "pos", 1e-6, 1e9, "machines"),      # machines per DC
+    "C": FieldSpec("S", "pos", 1e-6, 1e15, "pts/s"),        # per-machine capacity
+    "Pbar": FieldSpec("S", "pos", *POWER),                  # peak power per machine
+    "Theta": FieldSpec("I", "nonneg", 1e-12, 1e6, ""),     # local data variability (Asm. 2)
+    "sigma": FieldSpec("I", "nonneg", 1e-12, 1e6, ""),     # data standard deviation sigma~_i
+    "Delta": FieldSpec("TI", "nonneg", 1e-12, 1e6, "1/s"),  # model drift per unit time
+    "xi3_parts": FieldSpec("K6", "nonneg", 1e-12, 1e6, ""),  # xi_{3,1..6} (format 1: 'xi3')
+    "beta_D": FieldSpec("", "pos", 1e-6, 1e15, "bit/pt"),
+    "beta_M": FieldSpec("", "pos", 1e-6, 1e15, "bit"),
+    "rho_idle": FieldSpec("", "unit", 1e-12, 1.0, ""),
+    "eta": FieldSpec("", "pos", 1e-12, 1e3, ""),
+    "mu": FieldSpec("", "nonneg", 1e-12, 1e6, ""),
+    "vartheta": FieldSpec("", "pos", 1e-12, 1e6, ""),
+    "L": FieldSpec("", "pos", 1e-12, 1e6, ""),
+    "zeta1": FieldSpec("", "ge1", 1.0, 1e6, ""),
+    "zeta2": FieldSpec("", "nonneg", 1e-12, 1e6, ""),
+    "F0_minus_Fstar": FieldSpec("", "nonneg", 1e-12, 1e12, ""),
+    "gamma_min": FieldSpec("", "ge1", 1.0, 1e6, "iterations"),
+    "gamma_max": FieldSpec("", "ge1", 1.0, 1e6, "iterations"),
+    "m_floor": FieldSpec("", "unit_pos", 1e-12, 1.0, ""),
+    "z_floor": FieldSpec("", "unit_pos", 1e-12, 1.0, ""),
+    "R_floor": FieldSpec("", "pos", *RATE),
+    "xi1": FieldSpec("", "nonneg", 1e-12, 1e12, ""),
+    "xi2": FieldSpec("", "nonneg", 1e-12, 1e12, "1/s"),
+    "xi3": FieldSpec("", "nonneg", 1e-12, 1e12, "1/J"),
 }
 
-SCALAR_FIELDS: dict[str, str] = {
-    "beta_D": "pos", "beta_M": "pos", "rho_idle": "unit",
-    "eta": "pos", "mu": "nonneg", "vartheta": "pos", "L": "pos",
-    "zeta1": "ge1", "zeta2": "nonneg", "F0_minus_Fstar": "nonneg",
-    "gamma_min": "ge1", "gamma_max": "ge1", "m_floor": "unit_pos", "z_floor": "unit_pos",
-    "R_floor": "pos", "xi1": "nonneg", "xi2": "nonneg", "xi3": "nonneg",
-}
+# name -> (shape spec, kind) of the array fields, and name -> kind of the scalar ones (views
+# of FIELDS)
+ARRAY_FIELDS: dict[str, tuple[str, str]] = {k: (f.shape, f.kind) for k, f in FIELDS.items()
+                                            if f.shape}
+SCALAR_FIELDS: dict[str, str] = {k: f.kind for k, f in FIELDS.items() if not f.shape}
 
 # name -> allowed values (strings)
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
@@ -76,6 +112,9 @@ CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
 
 META_FIELDS = ("name", "preset", "seed", "dc_names", "ue_subnet", "bs_subnet", "dc_subnet",
                "ue_labels", "graph_edges", "links", "notes")
+
+# Labels that do not change P nor training: left out of `Instance.fingerprint`.
+FINGERPRINT_SKIPS = ("format", "name", "preset", "seed", "dc_names", "notes")
 
 # Per-link fields: their entries of an absent UE-BS link (see `Instance.links`) must be 0.
 LINK_FIELDS = {"R_nb": "TNB", "P_nb": "TNB", "R_bn": "TBN"}
@@ -219,6 +258,7 @@ class Instance:
         d = self.dims()
         if min(d["T"], d["N"], d["B"], d["S"]) < 1:
             raise InstanceError(f"instance needs at least one round, UE, BS and DC; got {d}")
+        self._validate_rounds()
         self._validate_links()
         present = self.link_mask
         for name, (shape, kind) in ARRAY_FIELDS.items():
@@ -245,6 +285,11 @@ class Instance:
                 idx, val = _first_bad(arr, mask)
                 raise InstanceError(f"field '{name}' has invalid value {val} at index {idx} "
                                     f"(must be {_KIND_TEXT[kind]})")
+            out = _range_violation(arr, FIELDS[name])
+            if out.any():
+                idx, val = _first_bad(arr, out)
+                raise InstanceError(f"field '{name}' value {val:g} at index {idx} is out of "
+                                    f"range ({_range_text(FIELDS[name])})")
         for name, kind in SCALAR_FIELDS.items():
             v = getattr(self, name)
             if (isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real)
@@ -252,6 +297,9 @@ class Instance:
                 raise InstanceError(f"field '{name}' must be a finite number, got {_short(v)}")
             if _kind_violation(np.array([float(v)]), kind).any():
                 raise InstanceError(f"field '{name}' has invalid value {v} (must be {_KIND_TEXT[kind]})")
+            if _range_violation(np.array([float(v)]), FIELDS[name]).any():
+                raise InstanceError(f"field '{name}' value {float(v):g} is out of range "
+                                    f"({_range_text(FIELDS[name])})")
         if not isinstance(self.name, str):
             raise InstanceError(f"field 'name' must be a string, got {_short(self.name)}")
         for name, choices in CHOICE_FIELDS.items():
@@ -266,7 +314,8 @@ class Instance:
         if self.gamma_min > self.gamma_max:
             raise InstanceError(f"field 'gamma_min' value {self.gamma_min} exceeds gamma_max {self.gamma_max}")
         if self.eta * self.mu >= 1:
-            raise InstanceError(f"field 'mu' value {self.mu}: eta*mu must be < 1")
+            raise InstanceError(f"fields 'eta' (value {self.eta:g}) and 'mu' (value "
+                                f"{self.mu:g}): eta*mu must be < 1")
         if np.any(self.R_floor > self.Rmax_bs):
             b, s = np.unravel_index(int(np.argmax(self.R_floor > self.Rmax_bs)), self.Rmax_bs.shape)
             raise InstanceError(f"field 'Rmax_bs' value {self.Rmax_bs[b, s]} at [{b}][{s}] is below "
@@ -300,6 +349,21 @@ class Instance:
                 raise InstanceError(f"field 'graph_edges' has the edge {list(e)!r} over an absent "
                                     f"UE-BS link (not in 'links')")
         return self
+
+    def _validate_rounds(self) -> None:
+        """Every per-round field has the same number of rounds T; otherwise name the fields
+        that disagree with the others (T is read from Dbar, so a cut Dbar is named itself)."""
+        counts: dict[int, list[str]] = {}
+        for name, (shape, _) in ARRAY_FIELDS.items():
+            arr = getattr(self, name)
+            if shape.startswith("T") and arr.ndim == len(shape):
+                counts.setdefault(int(arr.shape[0]), []).append(name)
+        if len(counts) > 1:
+            most = max(counts, key=lambda t: len(counts[t]))
+            odd = sorted((n, t) for t, names in counts.items() if t != most for n in names)
+            raise InstanceError("field " + ", ".join(f"'{n}' has {t} round(s)" for n, t in odd)
+                                + f"; the other per-round fields ({', '.join(counts[most])}) "
+                                  f"have {most}")
 
     def _validate_links(self) -> None:
         """`links`: None, or one non-empty list of distinct BS indices per UE."""
@@ -414,6 +478,19 @@ class Instance:
                 raise InstanceError(_old_names(str(e), old)) from None
         return inst
 
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the instance's canonical content: every field of its JSON form
+        except the free labels that do not enter P nor training (FINGERPRINT_SKIPS), as compact
+        JSON with sorted keys and floats in Python's shortest round-trip form. The same instance
+        read from a format 1 or a format 2 file, or with another name, has the same
+        fingerprint; a solution records it (`Solution.instance_sha256`)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in FINGERPRINT_SKIPS}
+        d["links"] = self.ue_links()   # None (every link) and the full list are one instance
+        for name in FIELDS:
+            d[name] = np.asarray(getattr(self, name), dtype=float).tolist()
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
 
@@ -464,6 +541,20 @@ def _old_names(msg: str, old: dict[str, str]) -> str:
 # ---- helpers ---------------------------------------------------------------------------
 _KIND_TEXT = {"pos": "> 0", "nonneg": ">= 0", "unit": "in [0, 1]", "unit_pos": "in (0, 1]",
               "ge1": ">= 1", "pos_offdiag": "> 0 off the diagonal"}
+
+
+def _range_violation(arr: np.ndarray, spec: FieldSpec) -> np.ndarray:
+    """Entries outside [spec.lo, spec.hi] (0 is the kind's business; a diagonal marked
+    unused is not checked)."""
+    out = (arr != 0) & ((np.abs(arr) < spec.lo) | (np.abs(arr) > spec.hi))
+    if spec.kind == "pos_offdiag":
+        out &= np.broadcast_to(~np.eye(arr.shape[-1], dtype=bool), arr.shape)
+    return out
+
+
+def _range_text(spec: FieldSpec) -> str:
+    zero = "0 or " if spec.kind in ("nonneg", "unit") else ""
+    return f"must be {zero}in [{spec.lo:g}, {spec.hi:g}] {spec.unit}".rstrip()
 
 
 def _shape_letters(shape: str) -> list[str]:

@@ -1,6 +1,12 @@
-"""Orchestrations (solutions of Problem P) and their JSON format `cefl-solution/1`."""
+"""Orchestrations (solutions of Problem P) and their JSON format `cefl-solution/1`.
+
+A solution records the fingerprint of the instance it was computed for (key ``instance_sha256``,
+`Instance.fingerprint`); :meth:`Solution.check_instance` is the one check every command that
+reads a solution with an instance (``evaluate``, ``train``, ``plot``) runs. Files written before
+the key existed still load: the check then returns a note instead of refusing."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -8,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .instance import Instance, InstanceError, numeric_array
-from .io import read_json, write_json_atomic
+from .io import InputError, read_json, write_json_atomic
 
 FORMAT_TAG = "cefl-solution/1"
 
@@ -49,6 +55,10 @@ class RoundDecision:
                              aggregator=int(self.aggregator))
 
 
+class InstanceMismatch(InputError):
+    """A solution's recorded instance fingerprint is not the given instance's."""
+
+
 @dataclass
 class Solution:
     """A full orchestration plus how it was obtained."""
@@ -62,15 +72,47 @@ class Solution:
     bound: float | None = None
     gap: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    instance_sha256: str | None = None   # `Instance.fingerprint` of its instance; None: unknown
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT_TAG, "method": self.method, "status": self.status,
-                "wall_s": self.wall_s, "objective": self.objective, "terms": self.terms,
-                "bound": self.bound, "gap": self.gap, "info": self.info,
-                "rounds": [r.to_dict() for r in self.rounds]}
+        d = {"format": FORMAT_TAG, "method": self.method, "status": self.status,
+             "wall_s": self.wall_s, "objective": self.objective, "terms": self.terms,
+             "bound": self.bound, "gap": self.gap, "info": self.info,
+             "rounds": [r.to_dict() for r in self.rounds]}
+        if self.instance_sha256 is not None:
+            d["instance_sha256"] = self.instance_sha256
+        return d
 
     def save(self, path: str | Path) -> None:
+        """Write the solution atomically; a non-finite objective is refused (InputError) and
+        nothing is written (JSON cannot carry it)."""
+        if self.objective is not None and not np.isfinite(self.objective):
+            raise InputError(f"solution for '{path}' has a non-finite objective "
+                             f"{self.objective}; not written")
         write_json_atomic(path, self.to_dict())
+
+    def for_instance(self, inst: Instance) -> "Solution":
+        """Record `inst`'s fingerprint (the solution was computed for it); returns self."""
+        self.instance_sha256 = inst.fingerprint()
+        return self
+
+    def check_instance(self, inst: Instance, *, allow_other: bool = False,
+                       option: str = "--allow-other-instance") -> str | None:
+        """Whether this solution belongs to `inst`: None when its recorded fingerprint is
+        `inst`'s; a note (a string to show) when the solution records none (an old file) or
+        when it records another one and `allow_other`; else InstanceMismatch naming both
+        fingerprints and `option`, the flag that proceeds anyway."""
+        if self.instance_sha256 is None:
+            return ("note: the solution records no instance fingerprint (written before "
+                    "'instance_sha256' existed); it cannot be checked against the instance")
+        have = inst.fingerprint()
+        if self.instance_sha256 == have:
+            return None
+        text = (f"the solution was computed for another instance (its 'instance_sha256' "
+                f"{self.instance_sha256[:12]}... is not the instance's {have[:12]}...)")
+        if allow_other:
+            return f"note: {text}; going on as {option} asks"
+        raise InstanceMismatch(f"{text}; pass {option} to use it anyway")
 
     @classmethod
     def from_dict(cls, data: Any, instance: Instance | None = None) -> "Solution":
@@ -79,7 +121,7 @@ class Solution:
         if data.get("format") != FORMAT_TAG:
             raise InstanceError(f"field 'format' is {data.get('format')!r}, expected {FORMAT_TAG!r}")
         known = {"format", "method", "status", "wall_s", "objective", "terms", "bound", "gap",
-                 "info", "rounds"}
+                 "info", "rounds", "instance_sha256"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in solution")
@@ -131,13 +173,18 @@ class Solution:
             rounds.append(RoundDecision(**kw, aggregator=agg))
         for k in ("wall_s", "objective", "bound", "gap"):
             v = data.get(k)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                raise InstanceError(f"field '{k}' must be a number or null, got {v!r}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not np.isfinite(v)):
+                raise InstanceError(f"field '{k}' must be a finite number or null, got {v!r}")
         for k in ("terms", "info"):
             if data.get(k) is not None and not isinstance(data.get(k), dict):
                 raise InstanceError(f"field '{k}' must be an object, got {data.get(k)!r}")
+        fp = data.get("instance_sha256")
+        if fp is not None and (not isinstance(fp, str)
+                               or not re.fullmatch(r"[0-9a-f]{64}", fp)):
+            raise InstanceError(f"field 'instance_sha256' must be 64 hex digits, got {fp!r}")
         terms = data.get("terms") or {}
-        return cls(rounds=rounds, method=str(data.get("method", "unknown")),
+        return cls(instance_sha256=fp, rounds=rounds, method=str(data.get("method", "unknown")),
                    status=str(data.get("status", "unknown")), wall_s=float(data.get("wall_s") or 0.0),
                    objective=data.get("objective"), terms=dict(terms), bound=data.get("bound"),
                    gap=data.get("gap"), info=dict(data.get("info") or {}))

@@ -404,7 +404,7 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
             aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),
             downlink_bs=best_rate_downlink(inst, t), R_bs=full_rates(inst)))
-    return Solution(rounds=rounds, method="reference", status="feasible")
+    return Solution(rounds=rounds, method="reference", status="feasible").for_instance(inst)
 
 
 def normalising_weights(inst: Instance) -> dict[str, float]:

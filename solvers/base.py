@@ -203,4 +203,5 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         res.solution.method, res.solution.status = method, res.status
         res.solution.wall_s = res.wall_s
         res.solution.bound, res.solution.gap = res.bound, res.gap
+        res.solution.for_instance(inst)
     return res

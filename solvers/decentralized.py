@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from cefl_opt.instance import Instance
+from cefl_opt.instance import Instance, InstanceError
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
@@ -68,7 +68,8 @@ CENTRAL_STEPS = {"decentralized": [],
                  "decentralized-polish": ["association_repair", "ipopt_polish"],
                  "centralized-pd": ["global_primal_dual"]}
 TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forcing_violation",
-                "rho", "inner_iters", "inner_residual", "step_inf", "stationarity", "rejected",
+                "rho", "inner_iters", "inner_residual", "step_inf", "step_factor",
+                "stationarity", "rejected",
                 "L_raised", "aggregators", "I_binary_gap", "msgs_max", "msgs_mean", "bytes_max",
                 "bytes_mean")
 
@@ -251,6 +252,10 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     k = resolve_constants(constants)
     t_start = time.perf_counter()
     dec = method != "centralized-pd"
+    if dec and not inst.graph_edges:
+        raise InstanceError(f"field 'graph_edges' is missing or empty: method {method!r} passes "
+                            f"its messages over the instance's communication graph (`cefl-opt "
+                            f"network generate` draws one)")
     st = structure if structure is not None else build_structure(
         inst, bound=bound, relax_init=(init == "relaxed"))
     st.reset_bounds()
@@ -301,6 +306,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                      "max_violation": rec.violation, "forcing_violation": rec.forcing,
                      "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
                      "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+                     "step_factor": rec.zeta,
                      "stationarity": rec.stationarity,
                      "rejected": int(rec.rejected), "L_raised": rec.L_raised,
                      "aggregators": "" if d is None else

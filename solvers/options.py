@@ -54,12 +54,22 @@ def option(default: Any, doc: str, *, check: Check | None = None,
     return field(default=default, metadata=meta)
 
 
+def _bounded(chk: Check, lo: float, hi: float | None, lo_open: bool, hi_open: bool) -> Check:
+    """`chk` with its range as the attribute `bounds` = (lo, hi, lo_open, hi_open), hi None for
+    no upper end (the tests walk every option's ends from it)."""
+    chk.bounds = (lo, hi, lo_open, hi_open)
+    return chk
+
+
 def at_least(lo: float) -> Check:
-    return lambda v: None if v >= lo else f"must be >= {lo:g}"
+    return _bounded(lambda v: None if v >= lo else f"must be >= {lo:g}", lo, None, False, False)
 
 
 def positive(v: float) -> str | None:
     return None if v > 0 else "must be > 0"
+
+
+positive.bounds = (0.0, None, True, False)
 
 
 def in_interval(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
@@ -67,7 +77,7 @@ def in_interval(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
         ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
         return None if ok else (f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}"
                                 f"{')' if hi_open else ']'}")
-    return chk
+    return _bounded(chk, lo, hi, lo_open, hi_open)
 
 
 def _weights(v: Mapping[str, Any]) -> str | None:

@@ -892,6 +892,13 @@ class OuterRecord:
     inner: dict[str, Any]
     rejected: bool = False
     L_raised: int = 0
+    zeta: float = 1.0        # the step factor of this iteration: u^{l+1} = u^l + zeta d
+
+
+def next_step_factor(zeta_eff: float, zeta: float, rejected: bool) -> float:
+    """Backtracking of the step factor (`run_sca`): halved after a rejected step, doubled back
+    after an accepted one, never above the constant `zeta`."""
+    return zeta_eff / 2.0 if rejected else min(zeta, 2.0 * zeta_eff)
 
 
 def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "relaxed",
@@ -1018,14 +1025,14 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             rejected = True      # J rose: an inexact surrogate solution; a shorter step
         if rejected and zeta_eff <= k.zeta / 64.0:   # backtracked enough: take the short step
             rejected = False
-        zeta_eff = zeta_eff / 2.0 if rejected else min(k.zeta, 2.0 * zeta_eff)
+        zeta_used, zeta_eff = zeta_eff, next_step_factor(zeta_eff, k.zeta, rejected)
         forcing = gmax(np.where(force, np.maximum(lin_next.c, 0.0), 0.0) *
                        np.where(force, st.row_norm, 0.0)) if len(fnorm) else 0.0
         rec = OuterRecord(it=it, phase=phase, u=u, lin=lin, u_hat=u_hat, step_inf=step,
                           stationarity=stat,
                           violation=viol_now if rejected else viol_next,
                           forcing=forcing, rho=rho, inner=stats, rejected=rejected,
-                          L_raised=raised)
+                          L_raised=raised, zeta=zeta_used)
         records.append(rec)
         forcing_prev = forcing
         stop = callback(rec) if callback is not None else False

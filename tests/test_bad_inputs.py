@@ -408,7 +408,8 @@ def test_run_failing_after_its_solves_leaves_nothing(tmp_path, monkeypatch, caps
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "keep.txt").write_text("mine")
-    assert cli.main(argv + ["--out", str(tmp_path / "old")]) == 2
+    assert cli.main(argv + ["--out", str(tmp_path / "old"), "--overwrite"]) == 2
+    assert "field 'x' is bad" in capsys.readouterr().err        # failed late, not refused
     assert _tree(tmp_path) == {"old": b"<dir>", "old/keep.txt": b"mine"}
 
 

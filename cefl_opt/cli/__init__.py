@@ -18,8 +18,14 @@ status  meaning
 4       ``solve``: no solution (time limit, solver failure; nothing written)
 70      an internal error (a bug): one line naming the exception
 130     interrupted (Ctrl-C, SIGINT)
+141     standard output is a pipe whose reader has gone (``cefl-opt evaluate ... | head -1``):
+        the command ends quietly, as a tool killed by SIGPIPE does (the shell's 128 + 13)
 143     terminated (SIGTERM); nothing is written and nothing is left behind, as for Ctrl-C
 ======  =========================================================================================
+
+Standard output and error never fail a command: a closed one (``>&-``) is replaced by
+``/dev/null`` (the command's files are still written) and characters the stream's encoding
+cannot show are written as backslash escapes (``PYTHONIOENCODING=ascii``).
 
 Every failure is one line ``cefl-opt: error: <message>`` on stderr, never a traceback (set
 ``CEFL_OPT_DEBUG=1`` to get it), and leaves no output file behind: outputs are written
@@ -42,7 +48,7 @@ from ..io import InputError
 PROG = "cefl-opt"
 EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 4, 70, 130
-EXIT_TERMINATED = 143
+EXIT_BROKEN_PIPE, EXIT_TERMINATED = 141, 143
 
 # command word -> module of this package that registers it; a known command loads only its own
 # module (`network` and `evaluate` never import torch), help and usage errors load all.
@@ -106,7 +112,7 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
                                "dynamic federated learning with a floating aggregation point). "
                                "Exit status: 0 ok, 1 evaluate: infeasible, 2 bad input, 3 solve: "
                                "infeasible instance, 4 solve: no solution, 70 internal error, "
-                               "130 interrupted, 143 terminated.")
+                               "130 interrupted, 141 broken pipe, 143 terminated.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = list(COMMANDS) if commands is None else list(commands)
     for modname in dict.fromkeys(COMMANDS[c] for c in wanted):
@@ -123,6 +129,7 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
     """Run one command; its exit status. `early_signals`: SIGINT/SIGTERM noted by the console
     script (`cefl_opt._entry`) before this ran; the first ends the command at once."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _robust_streams()
     word = _command_word(argv)
     debug = bool(os.environ.get("CEFL_OPT_DEBUG"))
     previous = signal.getsignal(signal.SIGINT)
@@ -142,7 +149,11 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         code = int(args.func(args) or 0)
         cefl_io.check_interrupt()   # a Ctrl-C whose KeyboardInterrupt was swallowed on the way
+        sys.stdout.flush()          # a pipe closed by its reader fails here, not at exit
         return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except (InputError, ValueError, OSError) as e:
         if debug:
             raise
@@ -187,12 +198,46 @@ def _interrupt(signum, frame):
     raise cefl_io.Terminated if terminated else KeyboardInterrupt
 
 
+def _robust_streams() -> None:
+    """A closed standard stream (fd 0, 1 or 2) becomes /dev/null, so that neither a print nor a
+    solver's own output fails nor lands in a file opened later on that descriptor; stdout and
+    stderr write what their encoding cannot show as backslash escapes."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            new = os.open(os.devnull, os.O_RDWR)   # the lowest free descriptor: `fd`
+            if new != fd:
+                os.dup2(new, fd)
+                os.close(new)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, mode, closefd=False))
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream already closed or not reconfigurable
+                pass
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: later writes and the flush at exit go to /dev/null."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):   # a stdout without a descriptor (tests)
+        pass
+
+
 def _fail(message: str, code: int) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return code
 
 
 def _message(e: BaseException) -> str:
+    if isinstance(e, cefl_io.OutputWriteError):
+        return f"cannot write '{e.filename}': {e.strerror or e}"
     if isinstance(e, OSError) and e.filename is not None:
         return f"cannot access '{e.filename}': {e.strerror or e}"
     return " ".join(str(e).split()) or type(e).__name__

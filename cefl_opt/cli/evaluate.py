@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,9 @@ def register(sub) -> None:
                    help="form of the ML bound: corollary (eq:convSpecial, default) or general "
                         "(Theorem 1, eq:GenConvBound)")
     e.add_argument("--json", default=None, metavar="OUT", help="also write the evaluation as JSON")
+    e.add_argument("--allow-other-instance", action="store_true",
+                   help="evaluate a solution that records another instance's fingerprint "
+                        "(refused by default, exit 2)")
     e.set_defaults(func=cmd_evaluate)
 
 
@@ -59,6 +63,9 @@ def cmd_evaluate(args) -> int:
         check_writable(args.json, "--json")
     inst = Instance.load(args.net)
     sol = Solution.load(args.sol, inst)
+    note = sol.check_instance(inst, allow_other=args.allow_other_instance)
+    if note:
+        print(note, file=sys.stderr)
     viol = constraint_violations(inst, sol, bound=args.bound)
     try:
         with np.errstate(all="ignore"):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_csv_atomic, write_json_atomic
+from ..io import InputError, check_distinct, check_writable, write_csv_atomic, write_json_atomic
 from ..learning.data import DATASETS
 from ..learning.models import MODELS
 from ..learning.trainer import DEFAULT_LR
@@ -67,6 +67,12 @@ def register(subparsers) -> None:
                    help="--engine flower: CPUs Ray may use, one ClientApp per CPU (default 2)")
     p.add_argument("--out", required=True, help="per-round CSV (written atomically); the "
                    "targets table goes next to it as <stem>.targets.csv")
+    p.add_argument("--allow-infeasible", action="store_true",
+                   help="train under a solution that violates a constraint of P (refused by "
+                        "default, exit 2, naming the worst violation)")
+    p.add_argument("--allow-other-instance", action="store_true",
+                   help="train under a solution that records another instance's fingerprint "
+                        "(refused by default, exit 2)")
     p.set_defaults(func=cmd_train)
 
     e = subparsers.add_parser(
@@ -163,6 +169,21 @@ def _targets_path(out: str | Path) -> Path:
     return out.with_name(out.stem + ".targets.csv")
 
 
+def check_feasible(inst, sol, *, allow: bool) -> None:
+    """InputError naming the worst violated constraint of P (the check `evaluate` runs, within
+    cefl_opt.system.FEAS_TOL) unless `allow` (option --allow-infeasible), then a warning."""
+    from ..system import FEAS_TOL, constraint_violations
+    viol = constraint_violations(inst, sol)
+    if not viol:
+        return
+    name, excess = max(viol, key=lambda x: x[1])
+    text = (f"the solution is infeasible: {len(viol)} constraint(s) violated beyond the "
+            f"relative tolerance {FEAS_TOL:g}, worst {name} (relative excess {excess:.6g})")
+    if not allow:
+        raise InputError(f"{text}; pass --allow-infeasible to train under it anyway")
+    print(f"cefl-opt: warning: {text}; training anyway (--allow-infeasible)", file=sys.stderr)
+
+
 def prepare_train(args):
     """Check ``train``'s options and load what they name: ``(instance, solution, kwargs of
     run_training)``. Shared by both engines and by the Flower deployment's ServerApp."""
@@ -174,9 +195,14 @@ def prepare_train(args):
     tpath = _targets_path(args.out)
     check_distinct([("--out", args.out), ("--out (targets table)", tpath)], [args.net, args.sol])
     check_writable(args.out, "--out")
+    check_writable(tpath, "--out (targets table)")
     _threads(args.threads)
     inst = Instance.load(args.net)
     sol = Solution.load(args.sol, inst)
+    note = sol.check_instance(inst, allow_other=getattr(args, "allow_other_instance", False))
+    if note:
+        print(note, file=sys.stderr)
+    check_feasible(inst, sol, allow=getattr(args, "allow_infeasible", False))
     if args.aggregator >= inst.S:
         raise OptionError(f"option '--aggregator' value {args.aggregator} is not a DC index "
                           f"0..{inst.S - 1}")

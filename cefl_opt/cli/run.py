@@ -3,6 +3,11 @@
 Every argument is checked, and the data set loaded, before any solve. The report is written into
 a temporary folder beside ``--out`` and moved into place only when the run succeeds, so a failed
 or interrupted run leaves no report folder (and no file in an existing one) behind.
+
+``--out`` is a new folder or an empty one; an existing folder with files in it is refused
+(exit 2) unless ``--overwrite``, which replaces it whole (its old files go, none is mixed with
+the new run's). A symbolic link is followed: the folder it points to is the report folder. The
+report folder gets the permissions the umask gives a new folder.
 """
 from __future__ import annotations
 
@@ -20,7 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..pipeline import DEFAULT_METHODS, __doc__ as doc
     p = sub.add_parser("run", help="the main job: instance -> solvers -> training -> report",
                        description=doc)
-    p.add_argument("--out", default="results/run", help="report folder")
+    p.add_argument("--out", default="results/run",
+                   help="report folder: new or empty (see --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing non-empty --out folder whole")
     p.add_argument("--preset", default="paper")
     p.add_argument("--rounds", type=COUNT, default=3, help="rounds T of the instance")
     p.add_argument("--seed", type=SEED, default=0)
@@ -70,6 +78,9 @@ def check_args(args: argparse.Namespace) -> list[str]:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise OptionError(f"option '--out' value '{out}' exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise OptionError(f"option '--out' value '{out}' is a folder with files in it; choose "
+                          f"a new or empty folder, or pass --overwrite to replace it whole")
     return meths
 
 
@@ -80,11 +91,14 @@ def run_main(args: argparse.Namespace) -> int:
     if not (args.skip_training and args.placeholder_constants):
         from ..learning.data import load_dataset
         data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
-    out = Path(args.out)
+    out = Path(os.path.realpath(args.out)) if Path(args.out).is_symlink() else Path(args.out)
     created = _first_missing(out.parent)          # a folder this run creates above --out
     _check_creatable(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(stage, 0o777 & ~umask)    # mkdtemp's 0700 -> what the umask gives a new folder
     ok = False
     try:
         run_pipeline(stage, preset=args.preset, rounds=args.rounds, seed=args.seed,
@@ -98,7 +112,7 @@ def run_main(args: argparse.Namespace) -> int:
         shutil.rmtree(stage, ignore_errors=True)
         if not ok and created is not None:
             shutil.rmtree(created, ignore_errors=True)
-    print(f"report: {out / 'report.md'}")
+    print(f"report: {Path(args.out) / 'report.md'}")
     return 0
 
 
@@ -121,11 +135,21 @@ def _check_creatable(folder: Path) -> None:
 
 
 def _move_into_place(stage: Path, out: Path) -> None:
-    """`stage`'s files into `out`: a rename of the folder when `out` does not exist, else file
-    by file (each a rename, so each file is whole). Nothing moves once Ctrl-C was noted."""
+    """`stage` becomes `out`: a rename when `out` does not exist or is empty; otherwise (the
+    --overwrite case) the old folder is renamed aside, `stage` renamed into place, and the old
+    one removed. Nothing moves once Ctrl-C was noted."""
     check_interrupt()
-    if not out.exists():
-        os.replace(stage, out)
+    if out.is_dir() and any(out.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, old / out.name)
+        try:
+            os.replace(stage, out)
+        except BaseException:
+            os.replace(old / out.name, out)   # put the old report back
+            shutil.rmtree(old, ignore_errors=True)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
         return
-    for f in stage.iterdir():
-        os.replace(f, out / f.name)
+    if out.is_dir():
+        out.rmdir()
+    os.replace(stage, out)

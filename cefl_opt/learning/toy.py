@@ -15,8 +15,10 @@ from ..solution import RoundDecision, Solution
 
 def toy_instance(N: int = 4, B: int = 2, S: int = 2, T: int = 3, D: float = 200.0,
                  seed: int = 0, labels: bool = True, n_classes: int = 10,
-                 labels_per_ue: int = 5) -> Instance:
-    """A valid instance with N UEs, B BSs, S DCs, T rounds, ~D samples per UE per round."""
+                 labels_per_ue: int = 5, L: float = 0.05) -> Instance:
+    """A valid instance with N UEs, B BSs, S DCs, T rounds, ~D samples per UE per round. Its
+    smoothness L (bound only; training does not read it) is small enough that `toy_solution`'s
+    points (gamma up to 5) meet Theorem 1's step-size row: feasible pairs, as `train` needs."""
     rng = np.random.default_rng(seed)
     Dbar = np.maximum(1.0, rng.normal(D, max(1.0, 0.05 * D), size=(T, N))).round()
     ue_labels = []
@@ -33,7 +35,7 @@ def toy_instance(N: int = 4, B: int = 2, S: int = 2, T: int = 3, D: float = 200.
         c=np.full(N, 3e5), alpha=np.full(N, 2e-28), f_min=np.full(N, 1e5),
         f_max=np.full(N, 2.3e9), M=np.full(S, 700.0), C=np.full(S, 5e6), Pbar=np.full(S, 200.0),
         Theta=np.ones(N + S), sigma=np.ones(N + S), Delta=np.full((T, N + S), 0.3),
-        xi3_parts=np.ones(6), preset="toy", seed=seed, ue_labels=ue_labels,
+        xi3_parts=np.ones(6), L=L, preset="toy", seed=seed, ue_labels=ue_labels,
         ue_subnet=[n % S for n in range(N)], bs_subnet=[b % S for b in range(B)],
         dc_subnet=list(range(S)),
     ).validate()
@@ -59,7 +61,7 @@ def toy_solution(instance: Instance, *, offload: float = 0.3, gamma: float = 5.0
             aggregator=int(t % S if aggregator is None else aggregator),
             uplink_bs=up.astype(int), downlink_bs=up.astype(int),
             R_bs=np.full((B, S), 1.0e9)))
-    return Solution(rounds=rounds, method="toy", status="feasible")
+    return Solution(rounds=rounds, method="toy", status="feasible").for_instance(instance)
 
 
 def toy_round_costs(instance: Instance, t: int, dec: RoundDecision) -> dict:
