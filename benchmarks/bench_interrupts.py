@@ -1,15 +1,17 @@
 """Interrupt `cefl-opt solve` at random moments and record what is left.
 
-For each method, `--runs` runs on one instance; run i gets SIGINT (even i) or SIGTERM (odd i)
-after a delay drawn uniformly from [0.05, --max-delay] s (seeded). Each row records the exit
+For each method, one uninterrupted run measures its duration d on the instance, then `--runs`
+runs get SIGINT (even i) or SIGTERM (odd i) after a delay drawn uniformly from
+[0.05, 0.95 d] s (seeded), so that every signal lands while the command runs. Each row records the exit
 code (expected 130 / 143), the lines on stderr, the files left in the run's folder beside the
 instance, trace temporaries left in /tmp, and solver processes still alive afterwards. Writes
 `interrupts.csv` (one row per run) and `interrupts_summary.csv` (the distribution per method).
 
-    python -m benchmarks.bench_interrupts --runs 20 --max-delay 8
+    python -m benchmarks.bench_interrupts --runs 20
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -27,7 +29,7 @@ from benchmarks.common import out_dir, parser, write_csv
 from cefl_opt.generator import make_instance
 
 EXE = Path(sys.executable).with_name("cefl-opt")
-METHODS = {"scip": ["--time-limit", "120"], "ipopt-enum": ["--sweeps", "3"],
+METHODS = {"scip": ["--time-limit", "20"], "ipopt-enum": ["--sweeps", "3"],
            "decentralized": []}
 
 
@@ -68,33 +70,50 @@ def signal_run(argv: list[str], sig: int, delay: float, folder: Path) -> dict:
             "processes_left": processes_naming(str(folder))}
 
 
+@contextlib.contextmanager
+def _run_folder(inst, method: str):
+    """A fresh folder holding the instance, and the solve command writing into it."""
+    folder = Path(tempfile.mkdtemp(prefix="cefl-interrupt."))
+    try:
+        net = folder / "net.json"
+        inst.save(net)
+        cmd = ["solve", str(net), "--method", method, "--out", str(folder / "s.json"),
+               *METHODS.get(method, [])]
+        if method == "decentralized":
+            cmd += ["--trace", str(folder / "t.csv")]
+        yield folder, cmd
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _duration(inst, method: str) -> float:
+    """Wall seconds of one uninterrupted `cefl-opt solve` (which must succeed)."""
+    with _run_folder(inst, method) as (_folder, cmd):
+        t0 = time.perf_counter()
+        subprocess.run([str(EXE), *cmd], check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     ap = parser(__doc__)
     ap.add_argument("--runs", type=int, default=20, help="interrupted runs per method")
-    ap.add_argument("--max-delay", type=float, default=8.0, help="latest signal, seconds")
     ap.add_argument("--preset", default="small")
     ap.add_argument("--methods", default=",".join(METHODS))
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     inst = make_instance(args.preset, rounds=2, seed=args.seed)
     rows = []
-    jobs = [(m, i) for m in args.methods.split(",") for i in range(args.runs)]
+    methods = args.methods.split(",")
+    duration = {m: _duration(inst, m) for m in tqdm(methods, desc="uninterrupted runs")}
+    jobs = [(m, i) for m in methods for i in range(args.runs)]
     for method, i in tqdm(jobs, desc="interrupted runs"):
         sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
-        delay = float(rng.uniform(0.05, args.max_delay))
-        folder = Path(tempfile.mkdtemp(prefix="cefl-interrupt."))
-        try:
-            net = folder / "net.json"
-            inst.save(net)
-            cmd = ["solve", str(net), "--method", method, "--out", str(folder / "s.json"),
-                   *METHODS.get(method, [])]
-            if method == "decentralized":
-                cmd += ["--trace", str(folder / "t.csv")]
+        delay = float(rng.uniform(0.05, 0.95 * duration[method]))
+        with _run_folder(inst, method) as (folder, cmd):
             r = signal_run(cmd, sig, delay, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
         rows.append({"method": method, "run": i, "signal": signal.Signals(sig).name,
-                     "delay_s": round(delay, 3), "exit": r["returncode"],
+                     "delay_s": round(delay, 3), "duration_s": round(duration[method], 2),
+                     "exit": r["returncode"],
                      "expected": 130 if sig == signal.SIGINT else 143,
                      "running_at_signal": r["running_at_signal"],
                      "stderr_lines": len(r["stderr"].splitlines()),
