@@ -188,6 +188,7 @@ def solve(inst: Instance, method: str, options: Any = None, **kw: Any) -> Result
     res.wall_s = time.perf_counter() - t0
     if res.solution is not None:
         res.solution.method, res.solution.status = method, res.status
+        res.solution.info.setdefault("instance", inst.name)   # checked by `cefl-opt plot`
         res.solution.wall_s = res.wall_s
         res.solution.bound, res.solution.gap = res.bound, res.gap
     return res

@@ -2,7 +2,7 @@
 
 One module per command, each with ``register(subparsers)`` adding its parser whose ``func`` is a
 handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evaluate``, ``train``
-and ``estimate`` (``learning``), ``run``. A handler checks every argument before any work.
+and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any work.
 
 One error policy, for every command (the README lists it):
 
@@ -42,9 +42,9 @@ EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 4, 70, 130
 
 # command word -> module of this package that registers it; a known command loads only its own
-# module (`network` and `evaluate` never import torch), help and usage errors load all.
+# module (`network`, `evaluate` and `plot` never import torch), help and usage errors load all.
 COMMANDS = {"network": "network", "solve": "solve", "evaluate": "evaluate", "train": "learning",
-            "estimate": "learning", "run": "run"}
+            "estimate": "learning", "run": "run", "plot": "plot"}
 
 
 class OptionError(InputError):
