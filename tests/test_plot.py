@@ -237,7 +237,8 @@ def test_plot_formats_and_the_same_picture_every_time(files, capsys):
     (["seed7.json", "--out", "o.png"], "was computed for instance 'small-N4-B2-S2-T2-seed7'"),
     (["a.json", "missing.json", "--out", "o.png"], "solution file 'missing.json' does not exist"),
     (["net.json", "--out", "o.png"], "field 'format' is 'cefl-instance/2'"),
-    (["a.json", "--out", "o.jpg"], "option '--out' value 'o.jpg' has an unknown figure format .jpg"),
+    (["a.json", "--out", "o.jpg"], "option '--out' value 'o.jpg' has an unknown figure format "
+                                   ".jpg"),
     (["a.json", "--out", "o"], "has an unknown figure format (no extension)"),
     (["a.json", "--out", "o.png", "--costs", "c.gif"], "option '--costs' value 'c.gif'"),
     (["a.json", "--out", "a.png", "--costs", "a.png"], "is also the value of '--out'"),

@@ -2,7 +2,8 @@
 
 One module per command, each with ``register(subparsers)`` adding its parser whose ``func`` is a
 handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evaluate``, ``train``
-and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any work.
+and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any
+work.
 
 One error policy, for every command (the README lists it):
 
