@@ -144,13 +144,19 @@ def _background(ax, inst: Instance, lay: Layout) -> None:
 
 
 def _associations(ax, inst: Instance, lay: Layout, sol: Solution, t: int) -> None:
-    """Uplink associations (I_nb): a thin dashed line from each UE (group) to its BS."""
+    """The associations: a thin dashed line from each UE (group) to its uplink BS (I_nb), a
+    dotted green one to its downlink BS (I_bn) where that is another BS."""
     from matplotlib.collections import LineCollection
-    pairs = {(lay.ue_node(n), f"bs{b}") for n, b in enumerate(sol.rounds[t].uplink_bs)}
-    lc = LineCollection([(lay.pos[u], lay.pos[v]) for u, v in sorted(pairs)], colors="0.2",
-                        linewidths=0.6, linestyles=(0, (2, 2)), zorder=1)
-    lc.set_gid("association")
-    ax.add_collection(lc)
+    r = sol.rounds[t]
+    up = {(lay.ue_node(n), f"bs{b}") for n, b in enumerate(r.uplink_bs)}
+    down = {(lay.ue_node(n), f"bs{b}") for n, b in enumerate(r.downlink_bs)
+            if b != r.uplink_bs[n]}
+    for pairs, colour, style, gid in ((up, "0.2", (0, (2, 2)), "uplink"),
+                                      (down, "tab:green", (0, (1, 1.5)), "downlink")):
+        lc = LineCollection([(lay.pos[u], lay.pos[v]) for u, v in sorted(pairs)], colors=colour,
+                            linewidths=0.7, linestyles=style, zorder=1)
+        lc.set_gid(gid)
+        ax.add_collection(lc)
 
 
 def _nodes(ax, inst: Instance, lay: Layout, fl: dict, agg: int) -> None:
@@ -191,7 +197,7 @@ def _draw_panel(ax, inst: Instance, lay: Layout, sol: Solution, t: int, scale: f
     ax.autoscale_view()
     ax.margins(0.08)
     ax.axis("off")
-    return {**fl, "round": t, "method": sol.method, "ax": ax}
+    return {**fl, "round": t, "method": sol.method, "scale": scale, "ax": ax}
 
 
 def _legend(fig, lay: Layout, widest: float) -> None:
@@ -204,7 +210,9 @@ def _legend(fig, lay: Layout, widest: float) -> None:
                Line2D([], [], marker="s", ms=9, color="white", label="DC", **mk),
                Line2D([], [], marker="*", ms=15, color="crimson", label="aggregator of the round",
                       **mk),
-               Line2D([], [], color="0.2", lw=0.6, ls=(0, (2, 2)), label="uplink association"),
+               Line2D([], [], color="0.2", lw=0.7, ls=(0, (2, 2)), label="uplink BS"),
+               Line2D([], [], color="tab:green", lw=0.7, ls=(0, (1, 1.5)),
+                      label="downlink BS (if another)"),
                Line2D([], [], color="tab:blue", lw=4, alpha=0.6, label="UE -> BS data"),
                Line2D([], [], color="tab:orange", lw=4, alpha=0.6, label="BS -> DC data"),
                Line2D([], [], color="0.4", lw=MAX_WIDTH, alpha=0.6,
@@ -216,8 +224,8 @@ def _legend(fig, lay: Layout, widest: float) -> None:
 def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str] | None = None,
                        seed: int = 0, thin: int = UE_THIN):
     """The figure (one row per solution, one panel per round) and what each panel drew: a list
-    of dicts with its flows ('ue_bs', 'bs_dc', 'kept'), 'round', 'method' and 'ax'. The figure's
-    attribute `orchestration_scale` is the line width (points) per data point."""
+    of dicts with its flows ('ue_bs', 'bs_dc', 'kept'), 'round', 'method', 'label', 'ax' and
+    'scale', the line width (points) per data point of every flow in the figure."""
     plt = _plt()
     labels = solution_labels(sols) if labels is None else labels
     lay = layout(inst, seed, thin)
@@ -239,14 +247,14 @@ def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str
             agg = sol.rounds[t].aggregator
             title = (f"{labels[i]}{flag}: objective {ev.objective:.5g}\nround {t}: aggregator "
                      f"dc{agg} ({names[agg]})")
-            drawn.append(_draw_panel(axes[i, t], inst, lay, sol, t, scale, title))
+            drawn.append({**_draw_panel(axes[i, t], inst, lay, sol, t, scale, title),
+                          "label": labels[i]})
     sm = plt.cm.ScalarMappable(cmap=KEPT_CMAP, norm=plt.Normalize(0, 1))
     W = fig.get_figwidth()
     cax = fig.add_axes((1 - 0.7 / W, 0.25, 0.1 / W, 0.5))
     fig.colorbar(sm, cax=cax).set_label("share of its data a UE keeps", fontsize=8)
     cax.tick_params(labelsize=7)
     _legend(fig, lay, widest)
-    fig.orchestration_scale = scale
     return fig, drawn
 
 

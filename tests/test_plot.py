@@ -14,7 +14,7 @@ from conftest import hand_instance, hand_solution, random_solution
 from cefl_opt import cli
 from cefl_opt.generator import make_instance
 from cefl_opt.orchestration import PARTS, cost_table, round_summary
-from cefl_opt.orchestration_plot import (layout, panel_flows, plot_costs, plot_orchestration,
+from cefl_opt.orchestration_plot import (MAX_WIDTH, layout, plot_costs, plot_orchestration,
                                          solution_labels)
 from cefl_opt.system import evaluate, reference_solution
 
@@ -118,8 +118,10 @@ def test_drawn_flows_sum_to_the_solution_data(name, seed, style, thin):
     inst, sol = case(name, seed, style)
     other = random_solution(inst, np.random.default_rng(seed + 1), style="sparse")
     fig, drawn = plot_orchestration(inst, [sol, other], thin=thin)
-    scale = fig.orchestration_scale
     assert len(drawn) == 2 * inst.T
+    widest = max(max([*d["ue_bs"].values(), *d["bs_dc"].values()]) for d in drawn)
+    scale = drawn[0]["scale"]
+    assert scale * widest == pytest.approx(MAX_WIDTH, rel=1e-12)   # one scale for the figure
     for d, s in zip(drawn, [sol] * inst.T + [other] * inst.T):
         t, r = d["round"], s.rounds[d["round"]]
         rt = evaluate(inst, s).rounds[t]
@@ -135,6 +137,28 @@ def test_drawn_flows_sum_to_the_solution_data(name, seed, style, thin):
                                                                         rel=1e-9, abs=1e-9)
         ue_nodes = {u for u, _ in d["ue_bs"]} | set(d["kept"])
         assert len(ue_nodes) == (len(set(layout(inst).ue_sub)) if inst.N > thin else inst.N)
+    plt.close(fig)
+
+
+def test_associations_drawn_are_the_solution_s():
+    """One dashed line per UE to its uplink BS; a dotted one to its downlink BS where that is
+    another BS."""
+    import matplotlib.pyplot as plt
+    inst = make_instance("paper", rounds=2, seed=4)
+    sol = random_solution(inst, np.random.default_rng(4))
+    sol.rounds[1].downlink_bs = sol.rounds[1].uplink_bs.copy()
+    lay = layout(inst)
+    fig, drawn = plot_orchestration(inst, [sol])
+    for d in drawn:
+        r = sol.rounds[d["round"]]
+        segs = {gid: [tuple(map(tuple, np.round(seg, 12))) for c in d["ax"].collections
+                      if c.get_gid() == gid for seg in c.get_segments()]
+                for gid in ("uplink", "downlink")}
+        want_up = {(tuple(np.round(lay.pos[f"ue{n}"], 12)), tuple(np.round(lay.pos[f"bs{b}"], 12)))
+                   for n, b in enumerate(r.uplink_bs)}
+        assert set(segs["uplink"]) == want_up and len(segs["uplink"]) == inst.N
+        differ = int((r.downlink_bs != r.uplink_bs).sum())
+        assert len(segs["downlink"]) == differ and (differ > 0) == (d["round"] == 0)
     plt.close(fig)
 
 
