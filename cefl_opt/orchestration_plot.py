@@ -13,6 +13,7 @@ Every number is read from :mod:`cefl_opt.orchestration` (the numpy evaluator).
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ MAX_WIDTH = 10.0      # line width (points) of the largest flow of a figure
 PART_COLOURS = {"computation": "tab:green", "upload": "tab:blue", "relay": "tab:orange",
                 "aggregation": "tab:purple", "broadcast": "0.6"}
 KEPT_CMAP = "viridis"
+LEGEND_ENTRIES = 9    # of the orchestration figure (`_legend`)
 
 
 def _plt():
@@ -216,9 +218,16 @@ def _legend(fig, lay: Layout, widest: float) -> None:
                Line2D([], [], color="tab:blue", lw=4, alpha=0.6, label="UE -> BS data"),
                Line2D([], [], color="tab:orange", lw=4, alpha=0.6, label="BS -> DC data"),
                Line2D([], [], color="0.4", lw=MAX_WIDTH, alpha=0.6,
-                      label=f"width of {widest:,.0f} data points")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
-               frameon=False)
+                      label=f"width of {widest:,.0f} data points" if widest > 0
+                      else "no data moves")]
+    fig.legend(handles=handles, loc="lower center", ncol=_legend_columns(fig, len(handles)),
+               fontsize=8, frameon=False)
+
+
+def _legend_columns(fig_or_width, n: int, entry: float = 1.9) -> int:
+    """Legend columns that fit the figure's width (inches; about `entry` per entry)."""
+    w = fig_or_width if isinstance(fig_or_width, float) else fig_or_width.get_figwidth()
+    return max(1, min(n, int((w - 0.2) / entry)))
 
 
 def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str] | None = None,
@@ -237,8 +246,10 @@ def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str
     lo, hi = lay.centres.min(axis=0) - lay.radius, lay.centres.max(axis=0) + lay.radius
     aspect = (hi[1] - lo[1]) / (hi[0] - lo[0])
     ax_w = 3.9 * max(1.0, (inst.S / 5) ** 0.5)     # more sub-networks: larger panels
+    width = 1.0 + cols * ax_w + (cols - 1) * 0.2
+    legend_rows = -(-LEGEND_ENTRIES // _legend_columns(width, LEGEND_ENTRIES))
     fig, axes = _grid(plt, rows, cols, ax_w=ax_w, ax_h=ax_w * aspect, left=0.1, right=0.9,
-                      top=0.75, bottom=0.55, wgap=0.2, hgap=0.85)
+                      top=0.75, bottom=0.3 + 0.25 * legend_rows, wgap=0.2, hgap=0.85)
     drawn, names = [], inst.dc_names or [f"dc{s}" for s in range(inst.S)]
     for i, sol in enumerate(sols):
         ev = evaluate(inst, sol)
@@ -334,8 +345,15 @@ def plot_costs(inst: Instance, sols: list[Solution], *, labels: list[str] | None
     tables = [_thinned(cost_table(inst, s), lay).assign(solution=lab)
               for s, lab in zip(sols, labels)]
     nodes = tables[0].loc[tables[0]["round"] == 0, "node"].tolist()
-    fig, axes = _grid(plt, 2 * len(sols), inst.T, ax_w=max(2.6, 0.1 * len(nodes)), ax_h=1.9,
-                      left=0.7, right=0.15, top=0.35, bottom=1.05, wgap=0.25, hgap=0.45)
+    ax_w = max(2.6, 0.1 * len(nodes))
+    width = 0.85 + inst.T * ax_w + (inst.T - 1) * 0.25
+    ncol = _legend_columns(width, 8, entry=1.5)
+    note = textwrap.fill("delay: a node's path from 0, its broadcast from dA; energy: "
+                         "unweighted J (the cost table has the xi3-weighted sum)",
+                         max(30, int(width * 14)))
+    fig, axes = _grid(plt, 2 * len(sols), inst.T, ax_w=ax_w, ax_h=1.9, left=0.7, right=0.15,
+                      top=0.35, bottom=0.8 + 0.17 * (note.count("\n") + 1) + 0.22 * -(-8 // ncol),
+                      wgap=0.25, hgap=0.45)
     tops = {"delay": 0.0, "energy": 0.0}
     for i, (tab, lab) in enumerate(zip(tables, labels)):
         for t in range(inst.T):
@@ -364,9 +382,8 @@ def plot_costs(inst: Instance, sols: list[Solution], *, labels: list[str] | None
     handles += [Line2D([], [], color="k", ls="--", lw=0.8, label="dA (largest path)"),
                 Line2D([], [], color="crimson", lw=0.8, label="dA + dR (round delay)"),
                 Line2D([], [], ls="", marker="*", ms=9, color="crimson", label="aggregator")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
-               frameon=False, title="delay: a node's path from 0, its broadcast from dA; "
-               "energy: unweighted J (the cost table has the xi3-weighted sum)", title_fontsize=8)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
+               title=note, title_fontsize=8)
     return fig, pd.concat(tables, ignore_index=True)
 
 
