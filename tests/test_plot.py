@@ -342,3 +342,20 @@ def test_a_200_ue_instance_is_drawn_in_groups(tmp_path, capsys):
     fig, table = plot_costs(inst, [sol])
     assert len(table) == inst.T * (10 + inst.B + inst.S)      # UEs summarised per sub-network
     plt.close(fig)
+
+
+def test_the_thinning_defaults_agree():
+    from cefl_opt.cli.plot import DEFAULT_THIN
+    from cefl_opt.orchestration_plot import UE_THIN
+    assert DEFAULT_THIN == UE_THIN
+
+
+def test_several_outputs_are_written_all_or_none(tmp_path):
+    from cefl_opt.io import write_all_atomic
+    (tmp_path / "file").write_text("a file, not a folder")
+    with pytest.raises(OSError):
+        write_all_atomic([(tmp_path / "a.png", b"x"), (tmp_path / "file" / "b.csv", "y")])
+    assert listing(tmp_path) == ["file"]                 # a.png was staged, then removed
+    write_all_atomic([(tmp_path / "a.png", b"x"), (tmp_path / "b.csv", "y")])
+    assert (tmp_path / "a.png").read_bytes() == b"x" and (tmp_path / "b.csv").read_text() == "y"
+    assert listing(tmp_path) == ["a.png", "b.csv", "file"]

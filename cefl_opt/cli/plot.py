@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--csv", default=None, metavar="CSV",
                    help="also write the cost breakdown as a table: one row per solution, round "
                         "and node")
-    p.add_argument("--layout-seed", type=SEED, default=0,
+    p.add_argument("--layout-seed", type=SEED, default=0, metavar="S",
                    help="seed of the layout (default 0: the same picture every time)")
     p.add_argument("--thin", type=COUNT, default=DEFAULT_THIN, metavar="N",
                    help=f"above N UEs, draw the UEs of each sub-network as one group "
