@@ -2,7 +2,7 @@
 
 * :func:`plot_orchestration`: one panel per round, one row per solution, on one layout of the
   network by sub-network: UE-BS data and BS-DC routes as edges whose widths are proportional to
-  the data points they carry (one scale for the whole figure), the uplink associations, the
+  the data points they carry (one scale for the whole figure), the UE-BS associations, the
   round's aggregator, and each UE coloured by the share of its data it keeps. Above
   ``UE_THIN`` UEs the UEs of each sub-network are drawn as one group node (their summed flows,
   the share their data keeps).
@@ -21,6 +21,7 @@ import pandas as pd
 
 from .instance import Instance
 from .orchestration import PARTS, cost_table, round_flows, subnets
+from .plots import _plt
 from .solution import Solution
 from .system import evaluate
 
@@ -30,13 +31,6 @@ PART_COLOURS = {"computation": "tab:green", "upload": "tab:blue", "relay": "tab:
                 "aggregation": "tab:purple", "broadcast": "0.6"}
 KEPT_CMAP = "viridis"
 LEGEND_ENTRIES = 9    # of the orchestration figure (`_legend`)
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 # ---- layout ---------------------------------------------------------------------------------

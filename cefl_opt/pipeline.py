@@ -129,7 +129,8 @@ def _orchestration(inst, sols: list, out: Path) -> pd.DataFrame:
     """orchestration.png (the solutions side by side), costs.png and costs.csv (where each
     node's delay and energy go); returns the per-round summary of every solution."""
     from .orchestration import cost_table, round_summary
-    from .orchestration_plot import _plt, plot_costs, plot_orchestration
+    from .orchestration_plot import plot_costs, plot_orchestration
+    from .plots import _plt
     plt = _plt()
     for plot, name in ((plot_orchestration, "orchestration.png"), (plot_costs, "costs.png")):
         fig, _ = plot(inst, sols)

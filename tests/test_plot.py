@@ -308,6 +308,19 @@ def test_plot_warns_about_an_infeasible_solution_and_refuses_an_undefined_one(fi
     assert rc == 2 and "objective is undefined" in err and not (d / "u.png").exists()
 
 
+def test_plot_refuses_a_solution_of_infinite_cost(tmp_path, capsys):
+    inst = make_instance("small", rounds=1, seed=0, reach=1)
+    inst.save(tmp_path / "net.json")
+    sol = reference_solution(inst)
+    n, b = map(int, np.argwhere(~inst.link_mask)[0])
+    sol.rounds[0].rho_nb[n, b] = 0.1                    # data over an absent link: infinite delay
+    sol.save(tmp_path / "absent.json")
+    rc, _, err = run(["plot", tmp_path / "net.json", tmp_path / "absent.json", "--out",
+                      tmp_path / "o.png"], capsys)
+    assert rc == 2 and "has an infinite delay or energy" in err
+    assert listing(tmp_path) == ["absent.json", "net.json"]
+
+
 def test_plot_does_not_import_torch(files):
     d, _ = files
     code = ("import sys; from cefl_opt import cli; "

@@ -64,8 +64,8 @@ def _objectives(inst: Instance, sols, paths) -> None:
             raise InputError(f"solution '{path}': its objective is undefined ({e}); "
                              f"`cefl-opt evaluate` lists its violations") from None
         if not math.isfinite(ev.objective):
-            raise InputError(f"solution '{path}' has an infinite delay or energy (it uses an "
-                             f"absent UE-BS link); `cefl-opt evaluate` lists its violations")
+            raise InputError(f"solution '{path}' has an infinite delay or energy (e.g. it uses "
+                             f"an absent UE-BS link); `cefl-opt evaluate` lists its violations")
         if not ev.feasible:
             print(f"{PROG}: warning: solution '{path}' is infeasible ({len(ev.violations)} "
                   f"constraint(s) violated; see `cefl-opt evaluate`)", file=sys.stderr)
@@ -75,7 +75,8 @@ def cmd_plot(args) -> int:
     import pandas as pd
 
     from ..orchestration import cost_table, load_checked, round_summary
-    from ..orchestration_plot import _plt, plot_costs, plot_orchestration, solution_labels
+    from ..orchestration_plot import plot_costs, plot_orchestration, solution_labels
+    from ..plots import _plt
 
     costs = Path(args.costs) if args.costs else costs_path(args.out)
     figure_format(args.out, "--out")
