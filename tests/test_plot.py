@@ -241,6 +241,20 @@ def test_plot_writes_both_figures_and_the_table(files, capsys):
     assert not [p for p in listing(d) if p.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("preset", ["tiny", "paper"])
+def test_plot_the_other_presets(tmp_path, capsys, preset):
+    inst = make_instance(preset, seed=1)
+    inst.save(tmp_path / "net.json")
+    reference_solution(inst).save(tmp_path / "ref.json")
+    random_solution(inst, np.random.default_rng(1)).save(tmp_path / "rand.json")
+    rc, out, err = run(["plot", tmp_path / "net.json", tmp_path / "ref.json",
+                        tmp_path / "rand.json", "--out", tmp_path / "o.png", "--csv",
+                        tmp_path / "c.csv"], capsys)
+    assert rc == 0, err
+    assert len(pd.read_csv(tmp_path / "c.csv")) == 2 * inst.T * (inst.N + inst.B + inst.S)
+    assert (tmp_path / "o.png").stat().st_size > 0 and (tmp_path / "o_costs.png").stat().st_size
+
+
 def test_plot_formats_and_the_same_picture_every_time(files, capsys):
     d, _ = files
     magic = {"svg": b"<?xml", "pdf": b"%PDF", "png": b"\x89PNG"}
