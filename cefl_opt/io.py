@@ -187,6 +187,32 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     return Path(path)
 
 
+def write_all_atomic(items: Iterable[tuple[str | Path, str | bytes]]) -> list[Path]:
+    """Several outputs, all or none: each is first written whole to a temporary file beside its
+    target; only when every one is written are they renamed into place (a failure before that
+    leaves nothing behind)."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in items:
+            p = Path(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+            staged.append((tmp, p))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        check_interrupt()
+        for tmp, p in staged:
+            os.replace(tmp, p)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return [p for _, p in staged]
+
+
 def write_json_atomic(path: str | Path, data: Any) -> Path:
     """JSON (indent 1) written atomically; NaN or an infinity anywhere in `data` raises
     NonFiniteOutput (they are not JSON) and nothing is written."""
@@ -207,6 +233,33 @@ def write_png_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
     buf = _io.BytesIO()
     fig.savefig(buf, dpi=dpi, format="png")
     return write_atomic(path, buf.getvalue())
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: str | Path, option: str) -> str:
+    """The figure format named by `path`'s extension (one of FIGURE_FORMATS), or InputError
+    naming `option`."""
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in FIGURE_FORMATS:
+        raise InputError(f"option '{option}' value '{path}' has an unknown figure format "
+                         f"{('.' + ext) if ext else '(no extension)'}: expected "
+                         f"{', '.join('.' + f for f in FIGURE_FORMATS)}")
+    return ext
+
+
+def figure_bytes(fig, path: str | Path, dpi: int = 110) -> bytes:
+    """A matplotlib figure rendered in the format of `path`'s extension (FIGURE_FORMATS); SVG
+    and PDF without the creation date and with fixed SVG ids, so that the same figure gives
+    the same bytes."""
+    import matplotlib
+    fmt = figure_format(path, "path")
+    buf = _io.BytesIO()
+    meta = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    with matplotlib.rc_context({"svg.hashsalt": "cefl-opt"}):
+        fig.savefig(buf, dpi=dpi, format=fmt, metadata=meta)
+    return buf.getvalue()
 
 
 # ---- checks before any work ----------------------------------------------------------------

@@ -23,6 +23,7 @@ from .io import write_atomic, write_csv_atomic, write_json_atomic, write_png_ato
 DEFAULT_METHODS = ("decentralized", "decentralized-polish", "ipopt-enum", "greedy-rate",
                    "greedy-data", "fixed", "no-offload")
 TRACED = ("decentralized", "decentralized-polish", "centralized-pd")  # write an SCA trace
+ORCHESTRATED = ("decentralized", "ipopt-enum")  # drawn side by side in the report
 
 
 def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int = 0,
@@ -90,6 +91,9 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
         from .plots import plot_sca_trace
         plot_sca_trace(pd.read_csv(out / "trace_decentralized.csv"), out / "sca_trace.png")
 
+    shown = [m for m in ORCHESTRATED if m in sols]
+    orch = _orchestration(inst, [sols[m] for m in shown], out) if shown else None
+
     opt = [m for m in meths if m in sols and m != "no-offload"]
     cefl_src = "decentralized" if "decentralized" in sols else (
         min(opt, key=lambda m: solvers.set_index("method").loc[m, "objective"]) if opt else None)
@@ -110,7 +114,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
         tt = pd.concat(train_tables.values(), ignore_index=True)
         write_csv_atomic(tt, out / "targets.csv")
         _curves(hist, out / "accuracy_vs_cost.png")
-    _report(out, inst, solvers, cefl_src, train_tables, time.perf_counter() - t0)
+    _report(out, inst, solvers, orch, cefl_src, train_tables, time.perf_counter() - t0)
     return out / "report.md"
 
 
@@ -125,6 +129,22 @@ def _dec_columns(info: dict) -> dict:
             "inner_iters": info.get("inner_iterations"),
             "central_steps": ",".join(info["central_steps"]) or "none",
             "msgs_per_node_outer_mean": per.get("mean"), "msgs_per_node_outer_max": per.get("max")}
+
+
+def _orchestration(inst, sols: list, out: Path) -> pd.DataFrame:
+    """orchestration.png (the solutions side by side), costs.png and costs.csv (where each
+    node's delay and energy go); returns the per-round summary of every solution."""
+    from .orchestration import cost_table, round_summary
+    from .orchestration_plot import plot_costs, plot_orchestration
+    from .plots import _plt
+    plt = _plt()
+    for plot, name in ((plot_orchestration, "orchestration.png"), (plot_costs, "costs.png")):
+        fig, _ = plot(inst, sols)
+        write_png_atomic(fig, out / name)
+        plt.close(fig)
+    write_csv_atomic(pd.concat([cost_table(inst, s) for s in sols], ignore_index=True),
+                     out / "costs.csv")
+    return pd.concat([round_summary(inst, s) for s in sols], ignore_index=True)
 
 
 def _bar(df: pd.DataFrame, path: Path) -> None:
@@ -163,7 +183,8 @@ def _curves(hist: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def _report(out: Path, inst, solvers: pd.DataFrame, cefl_src, train_tables, wall: float) -> None:
+def _report(out: Path, inst, solvers: pd.DataFrame, orch, cefl_src, train_tables,
+            wall: float) -> None:
     lines = [f"# cefl-opt run: {inst.name}", "",
              f"N={inst.N} UEs, B={inst.B} BSs, S={inst.S} DCs ({', '.join(inst.dc_names)}), "
              f"T={inst.T} rounds. Total wall time {wall:.0f} s.", "",
@@ -176,6 +197,17 @@ def _report(out: Path, inst, solvers: pd.DataFrame, cefl_src, train_tables, wall
                   "node-local computation and neighbour messages only (`central_steps` none); "
                   "`decentralized-polish` adds the central association repair and Ipopt polish.",
                   "", "![trace](sca_trace.png)", ""]
+    if orch is not None:
+        shown = " and ".join(f"`{m}`" for m in orch["method"].unique())
+        lines += [f"## Orchestration: {shown}", "",
+                  "Per round: the aggregator, the share of the data the UEs keep, the data each "
+                  "DC trains on, the slowest node before the broadcast (its path is dA) and the "
+                  "slowest broadcast (dR). The figure draws one row per method and one panel per "
+                  "round: UE -> BS data and BS -> DC routes with widths proportional to the data, "
+                  "the aggregator as a star, each UE coloured by the share it keeps. The second "
+                  "figure stacks each node's delay and energy by part (`costs.csv`).", "",
+                  orch.to_markdown(index=False, floatfmt=".4g"), "",
+                  "![orchestration](orchestration.png)", "", "![costs](costs.png)", ""]
     if train_tables:
         lines += [f"## Training (CE-FL uses the `{cefl_src}` orchestration; FedNova/FedAvg: UEs "
                   "only, no offloading, averaged f, m, gamma)", ""]

@@ -107,7 +107,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     return {
         **ds, "dD_nb": dD_nb, "dM_nb": dM_nb, "dD_bs": dD_bs, "dM_bs": dM_bs, "dD_s": dD_s,
         "dP_n": dP_n, "EP_n": EP_n, "dP_s": dP_s, "EP_s": EP_s, "dA_n": dA_n, "dA_s": dA_s,
-        "EA_n": EA_n, "EA_s": EA_s, "ue_path": ue_path, "dc_path": dc_path,
+        "EA_n": EA_n, "EA_s": EA_s, "ED_nb": ED_nb, "ED_bs": ED_bs,
+        "ue_path": ue_path, "dc_path": dc_path,
         "dR_b": dR_b, "dB_b": dB_b, "dR_s": dR_s, "ER_b": ER_b, "EB_b": EB_b, "ER_s": ER_s,
         "dA": float(dA), "dR": float(dR), "delay": float(dA + dR),
         **E, "energy_raw": float(sum(E.values())), "energy": E_weighted,

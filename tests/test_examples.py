@@ -27,7 +27,7 @@ def test_every_example_says_what_it_shows_and_how_to_run_it():
     scripts = sorted(EXAMPLES.glob("*.py"))
     assert {p.name for p in scripts} >= {"model_builder.py", "benchmark_suite.py",
                                          "centralised_vs_decentralised.py",
-                                         "train_cefl_vs_fednova.py"}
+                                         "train_cefl_vs_fednova.py", "plot_orchestration.py"}
     for p in scripts:
         head = p.read_text().split('"""')[1]
         assert "Shows:" in head and f"examples/{p.name}" in head, p.name
@@ -106,3 +106,17 @@ def test_train_cefl_vs_fednova(tmp_path):
     assert sorted(hist["method"].unique()) == ["cefl", "fednova"]
     assert (hist.groupby("method")["cum_energy_kJ"].diff().dropna() > 0).all()
     assert (tmp_path / "train_cefl_vs_fednova.png").stat().st_size > 0
+
+
+def test_plot_orchestration(tmp_path):
+    out = run_example("plot_orchestration.py", tmp_path)
+    for m in ("decentralized", "ipopt-enum"):
+        assert f"method={m} " in out and f"\n{m}:\n" in out, m       # the table of plot
+        assert re.search(rf"^{m}: aggregator by round dc\d dc\d; the UEs keep [\d.]+ %", out, re.M)
+    assert re.search(r"^\s*round\s+aggregator\s+kept %", out, re.M)
+    assert ("4 panels; the drawn flows are the solutions' data and the cost parts add up to the "
+            "evaluator's totals: True") in out
+    assert "cefl-opt plot: exit 0; costs.csv has 32 rows (2 rounds x 8 nodes x 2 methods)" in out
+    for f in ("orchestration.png", "orchestration_costs.png"):
+        assert (tmp_path / f).read_bytes()[:4] == b"\x89PNG", f
+    assert "plot_orchestration: done" in out

@@ -23,9 +23,11 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     for f in ("report.md", "summary.json", "instance.json", "solvers.csv", "solvers.png",
               "training.csv", "targets.csv", "accuracy_vs_cost.png",
               "solution_ipopt-enum.json", "solution_greedy-rate.json",
-              "trace_decentralized.csv", "sca_trace.png", "solution_decentralized.json"):
+              "trace_decentralized.csv", "sca_trace.png", "solution_decentralized.json",
+              "orchestration.png", "costs.png", "costs.csv"):
         assert (out / f).is_file(), f
-    for png in ("solvers.png", "accuracy_vs_cost.png", "sca_trace.png"):
+    for png in ("solvers.png", "accuracy_vs_cost.png", "sca_trace.png", "orchestration.png",
+                "costs.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "![solvers](solvers.png)" in report and "![curves](accuracy_vs_cost.png)" in report
@@ -45,6 +47,15 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     assert solvers.loc["decentralized", "central_steps"] == "none"
     assert solvers.loc["decentralized", "stop_reason"] in ("converged", "max_outer")
     assert "![trace](sca_trace.png)" in report
+    # the orchestration of decentralized and ipopt-enum side by side, and where the cost goes
+    assert "## Orchestration: `decentralized` and `ipopt-enum`" in report
+    assert "![orchestration](orchestration.png)" in report and "![costs](costs.png)" in report
+    costs = pd.read_csv(out / "costs.csv")
+    assert list(costs["method"].unique()) == ["decentralized", "ipopt-enum"]
+    for m, c in costs.groupby("method"):
+        ev = system.evaluate(inst, Solution.load(out / f"solution_{m}.json"))
+        assert c.groupby("round")["energy_weighted_J"].sum().tolist() == pytest.approx(
+            [r["energy"] for r in ev.rounds], rel=1e-12)
     trace = pd.read_csv(out / "trace_decentralized.csv")
     assert len(trace) == solvers.loc["decentralized", "outer_iters"]
     hist = pd.read_csv(out / "training.csv")
@@ -60,3 +71,18 @@ def test_run_rejects_an_unknown_method_before_writing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "magic" in err and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("methods,shown", [(["ipopt-enum", "no-offload"], ["ipopt-enum"]),
+                                           (["no-offload"], [])])
+def test_the_report_draws_the_orchestrations_it_has(tmp_path, methods, shown):
+    """Only decentralized and ipopt-enum are drawn; without either, no orchestration section."""
+    from cefl_opt.pipeline import run_pipeline
+    report = run_pipeline(tmp_path, preset="tiny", rounds=2, methods=methods, train=False,
+                          measure=False).read_text()
+    assert ("## Orchestration" in report) == bool(shown)
+    for f in ("orchestration.png", "costs.png", "costs.csv"):
+        assert (tmp_path / f).exists() == bool(shown), f
+    if shown:
+        assert pd.read_csv(tmp_path / "costs.csv")["method"].unique().tolist() == shown
+        assert "`ipopt-enum`" in report.split("## Orchestration")[1]

@@ -3,7 +3,8 @@ notes signals while this package loads, then calls :func:`main`).
 
 One module per command, each with ``register(subparsers)`` adding its parser whose ``func`` is a
 handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evaluate``, ``train``
-and ``estimate`` (``learning``), ``run``. A handler checks every argument before any work.
+and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any
+work.
 
 One error policy, for every command (the README lists it):
 
@@ -51,9 +52,9 @@ EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_INTERNAL, EXIT_INTERRUPTED = 3,
 EXIT_BROKEN_PIPE, EXIT_TERMINATED = 141, 143
 
 # command word -> module of this package that registers it; a known command loads only its own
-# module (`network` and `evaluate` never import torch), help and usage errors load all.
+# module (`network`, `evaluate` and `plot` never import torch), help and usage errors load all.
 COMMANDS = {"network": "network", "solve": "solve", "evaluate": "evaluate", "train": "learning",
-            "estimate": "learning", "run": "run"}
+            "estimate": "learning", "run": "run", "plot": "plot"}
 
 
 class OptionError(InputError):
