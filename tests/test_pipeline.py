@@ -86,3 +86,20 @@ def test_the_report_draws_the_orchestrations_it_has(tmp_path, methods, shown):
     if shown:
         assert pd.read_csv(tmp_path / "costs.csv")["method"].unique().tolist() == shown
         assert "`ipopt-enum`" in report.split("## Orchestration")[1]
+
+
+def test_a_method_whose_native_solver_crashes_is_reported_and_the_run_goes_on(tmp_path,
+                                                                             monkeypatch):
+    """A crash inside a native solver (here an abort in ipopt-enum's child process) leaves the
+    other methods' results and marks the method 'crashed' in the report."""
+    import os
+    from cefl_opt.pipeline import run_pipeline
+    from cefl_opt.solvers import centralized
+    monkeypatch.setattr(centralized, "ipopt_enum", lambda inst, opts: os.abort())
+    run_pipeline(tmp_path, preset="tiny", rounds=2, methods=["ipopt-enum", "no-offload"],
+                 train=False, measure=False)
+    table = pd.read_csv(tmp_path / "solvers.csv").set_index("method")
+    assert table.loc["ipopt-enum", "status"] == "crashed"
+    assert table.loc["no-offload", "status"] != "crashed"
+    assert (tmp_path / "solution_no-offload.json").exists()
+    assert not (tmp_path / "solution_ipopt-enum.json").exists()
