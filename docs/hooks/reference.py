@@ -25,10 +25,14 @@ import dataclasses
 import inspect
 import re
 import shutil
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Callable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, vendored by pip
+    from pip._vendor import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 API_DIR = ROOT / "build" / "docs-api"
