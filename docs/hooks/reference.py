@@ -41,9 +41,10 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 
 # ---------------------------------------------------------------------- helpers
 def _cell(text: Any) -> str:
-    """Text for one cell of a Markdown table."""
-    s = " ".join(str(text).split())
-    return s.replace("|", "\\|")
+    """Text for one cell of a Markdown table: pipes escaped outside code spans (inside one,
+    the table extension reads them literally)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(p if k % 2 else p.replace("|", "\\|") for k, p in enumerate(parts))
 
 
 def _code(text: Any) -> str:
@@ -94,14 +95,28 @@ def _subcommands(parser: argparse.ArgumentParser):
                 yield name, helps.get(name, ""), sub
 
 
+def _prose(text: str, raw: bool) -> list[str]:
+    """A parser's description as Markdown: paragraphs joined into lines, except, under a raw
+    formatter, paragraphs laid out with indented lines (kept as a text block)."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text.strip()):
+        lines = para.splitlines()
+        if raw and any(line.startswith(" ") for line in lines):
+            out += ["```text", para, "```", ""]
+        else:
+            out += [" ".join(line.strip() for line in lines), ""]
+    return out
+
+
 def _command_section(words: list[str], help_: str, parser: argparse.ArgumentParser,
                      level: int) -> list[str]:
     out = [f"{'#' * level} `{' '.join(words)}`", ""]
     desc = parser.description or ""
     if help_ and not desc.lower().startswith(help_.lower()):
         out += [help_[0].upper() + help_[1:] + ".", ""]
+    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
     if desc:
-        out += [desc, ""]
+        out += _prose(desc, raw)
     subs = list(_subcommands(parser))
     if not subs:
         usage = parser.format_usage().strip().removeprefix("usage: ")
@@ -111,7 +126,7 @@ def _command_section(words: list[str], help_: str, parser: argparse.ArgumentPars
         if rows:
             out += [_table(["argument", "default", "meaning"], rows), ""]
         if parser.epilog:
-            out += [parser.epilog, ""]
+            out += _prose(parser.epilog, raw)
     for name, sub_help, sub in subs:
         out += _command_section(words + [name], sub_help or "", sub, level + 1)
     return out
