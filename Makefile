@@ -44,10 +44,10 @@ bench: install
 # The reference pages (CLI, options, file formats) are generated from the code at build time
 # by docs/hooks/reference.py; nothing generated is committed.
 docs: install
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 docs-serve: install
-	$(VENV)/bin/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 clean-venv:
 	rm -rf $(VENV)

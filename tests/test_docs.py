@@ -117,3 +117,11 @@ def test_readme_is_short_and_self_contained():
     assert not re.search(r"\bthis release\b", text, re.I)
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), link
+
+
+def test_results_pages_hold_stamped_tables():
+    for page in sorted((ROOT / "docs" / "results").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        assert re.search(r"^\|.*\|$", text, re.M), f"{page.name} has no table"
+        if page.name != "index.md":
+            assert re.search(r"commit `[0-9a-f]{7}`", text), f"{page.name} has no commit stamp"
