@@ -1,4 +1,5 @@
-# cefl-opt: one command installs, one runs the main job, one runs the tests.
+# cefl-opt: one command installs, one runs the main job, one runs the tests; `make docs`
+# builds the documentation site into site/ (warnings are errors).
 # `make install` is idempotent and works on a fresh Debian machine as root.
 PY      ?= python3
 VENV    ?= .venv
@@ -7,7 +8,7 @@ STAMP   := $(VENV)/.cefl-installed
 APT_PKGS := coinor-libipopt-dev liblapack-dev libblas-dev pkg-config libamplsolver-dev cmake g++ dataset-fashion-mnist
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-slow bench clean-venv
+.PHONY: install run test test-slow bench docs docs-serve clean-venv
 
 install: $(STAMP)
 
@@ -39,6 +40,14 @@ test-slow: install
 
 bench: install
 	$(VPY) -m benchmarks.run_all --quick
+
+# The reference pages (CLI, options, file formats) are generated from the code at build time
+# by docs/hooks/reference.py; nothing generated is committed.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,127 @@
+"""The documentation site builds with warnings as errors, and its generated reference pages
+cover every command-line argument, every options field and every file-format field."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import html
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("docs_reference_hook",
+                                                  ROOT / "docs" / "hooks" / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def _codes(page: Path) -> set[str]:
+    """The text of every <code> element of a built page."""
+    text = page.read_text(encoding="utf-8")
+    return {html.unescape(re.sub(r"<[^>]+>", "", c)) for c in
+            re.findall(r"<code[^>]*>(.*?)</code>", text, re.S)}
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    out = set()
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out |= _option_strings(sub)
+        elif not isinstance(a, argparse._HelpAction):
+            out |= set(a.option_strings) or {a.metavar or a.dest}
+    return out
+
+
+def test_cli_reference_lists_every_argument(site):
+    from cefl_opt.cli import build_parser
+    codes = _codes(site / "cli" / "index.html")
+    wanted = _option_strings(build_parser())
+    assert len(wanted) > 50
+    assert sorted(wanted - codes) == []
+
+
+def test_options_reference_lists_every_field_and_flag(site):
+    from cefl_opt.solvers.base import options_classes
+    from cefl_opt.solvers.options import cli_fields
+    codes = _codes(site / "options" / "index.html")
+    page = (site / "options" / "index.html").read_text(encoding="utf-8")
+    for method, cls in options_classes().items():
+        assert method in codes
+        assert f'id="{cls.__name__.lower()}"' in page, cls.__name__
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in codes]
+        assert missing == [], (cls.__name__, missing)
+        flags = {f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in cli_fields(cls)}
+        assert not {fl for fl in flags if not any(c.startswith(fl) for c in codes)}, cls.__name__
+
+
+def test_format_reference_lists_every_field(site):
+    from cefl_opt import instance, solution
+    codes = _codes(site / "formats" / "index.html")
+    fields = set(getattr(instance, "FIELDS", {})) | set(instance.ARRAY_FIELDS) \
+        | set(instance.SCALAR_FIELDS) | set(instance.CHOICE_FIELDS) | set(solution.ROUND_FIELDS)
+    assert sorted(fields - codes) == []
+
+
+def test_api_reference_documents_the_main_modules(site):
+    page = (site / "api" / "index.html").read_text(encoding="utf-8")
+    for name in ("cefl_opt.instance", "cefl_opt.solution", "cefl_opt.system",
+                 "cefl_opt.models.problem", "cefl_opt.solvers.base"):
+        assert f'id="{name}"' in page, name
+    assert 'id="cefl_opt.models.problem.build_problem"' in page
+    assert 'id="cefl_opt.solvers.base.solve"' in page
+
+
+def test_check_descriptions_against_hand_values():
+    from cefl_opt.solvers.options import at_least, in_interval, positive
+    hook = _hook()
+    assert hook.describe_check(at_least(1), None) == "≥ 1"
+    assert hook.describe_check(positive, None) == "> 0"
+    assert hook.describe_check(in_interval(0.0, 1.0, lo_open=True), None) == "in (0, 1]"
+    assert hook.describe_check(in_interval(-2.0, 3.5, hi_open=True), None) == "in [-2, 3.5)"
+    assert hook.describe_check(None, ("a", "b")) == "one of `a`, `b`"
+    assert hook.describe_check(None, None) == ""
+
+
+def test_unknown_marker_fails_the_build():
+    hook = _hook()
+    assert hook.render("text\n") == "text\n"
+    with pytest.raises(KeyError, match="unknown generated block 'nope'"):
+        hook.render("<!-- generated: nope -->\n")
+
+
+def test_readme_is_short_and_self_contained():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    assert "../shared" not in text
+    assert not re.search(r"\bissue \d+", text, re.I)
+    assert not re.search(r"\bthis release\b", text, re.I)
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / link).is_file(), link
+
+
+def test_results_pages_hold_stamped_tables():
+    for page in sorted((ROOT / "docs" / "results").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        assert re.search(r"^\|.*\|$", text, re.M), f"{page.name} has no table"
+        if page.name != "index.md":
+            assert re.search(r"commit `[0-9a-f]{7}`", text), f"{page.name} has no commit stamp"
