@@ -25,25 +25,25 @@ def _signal_after(argv: list[str], sig: int, delay: float, folder: Path):
 
 
 @pytest.fixture(scope="module")
-def small_net(tmp_path_factory) -> Path:
+def paper_net(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("signals")
     net = folder / "net.json"
-    make_instance("small", rounds=2, seed=11).save(net)
+    make_instance("paper", rounds=3, seed=11).save(net)
     return net
 
 
-# (method, extra flags): each takes well over 6 s on the small instance
+# (method, extra flags): each takes well over 10 s on the paper instance, loaded or not
 SOLVES = [("scip", ["--time-limit", "120"]), ("ipopt-enum", ["--sweeps", "3"]),
           ("decentralized", [])]
-POINTS = [(signal.SIGTERM, 0.5), (signal.SIGTERM, 4.0), (signal.SIGINT, 4.0)]
+POINTS = [(signal.SIGTERM, 0.5), (signal.SIGTERM, 2.5), (signal.SIGINT, 2.5)]
 
 
 @pytest.mark.parametrize("method,flags", SOLVES, ids=[m for m, _ in SOLVES])
 @pytest.mark.parametrize("sig,delay", POINTS, ids=[f"{signal.Signals(s).name}@{d}s"
                                                    for s, d in POINTS])
-def test_a_signal_during_a_solve_exits_cleanly(tmp_path, small_net, method, flags, sig, delay):
+def test_a_signal_during_a_solve_exits_cleanly(tmp_path, paper_net, method, flags, sig, delay):
     net = tmp_path / "net.json"
-    net.write_bytes(small_net.read_bytes())
+    net.write_bytes(paper_net.read_bytes())
     argv = ["solve", str(net), "--method", method, "--out", str(tmp_path / "s.json"), *flags]
     if method == "decentralized":
         argv += ["--trace", str(tmp_path / "t.csv")]
@@ -53,13 +53,13 @@ def test_a_signal_during_a_solve_exits_cleanly(tmp_path, small_net, method, flag
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_while_the_command_line_loads_ends_it_cleanly(tmp_path, small_net, sig):
+def test_a_signal_while_the_command_line_loads_ends_it_cleanly(tmp_path, paper_net, sig):
     """The console script notes a signal from its first statement; one that arrives before the
     command line has loaded ends the command with its code and one line, having done nothing."""
     import subprocess
     import sys
     net = tmp_path / "net.json"
-    net.write_bytes(small_net.read_bytes())
+    net.write_bytes(paper_net.read_bytes())
     argv = ["solve", str(net), "--method", "decentralized", "--out", str(tmp_path / "s.json")]
     script = ("import os, signal, sys\n"
               "import cefl_opt._entry as entry\n"
@@ -88,7 +88,7 @@ def test_interrupt_summary_counts_only_clean_runs_as_expected():
 
 def test_sigterm_during_run_leaves_no_report_folder(tmp_path):
     out = tmp_path / "report"
-    argv = ["run", "--out", str(out), "--preset", "small", "--rounds", "2",
+    argv = ["run", "--out", str(out), "--preset", "paper", "--rounds", "2",
             "--methods", "ipopt-enum", "--skip-training", "--placeholder-constants"]
     code, err = _signal_after(argv, signal.SIGTERM, 5.0, tmp_path)
     assert (code, err) == CODE[signal.SIGTERM]
