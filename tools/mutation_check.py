@@ -38,7 +38,7 @@ class Mutant:
 
 EVAL = ("tests/test_system.py", "tests/test_system_two_bs.py", "tests/test_model_agreement.py")
 MODEL = ("tests/test_model_spec.py", "tests/test_model_agreement.py")
-CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py")
+CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py", "tests/test_association.py")
 DEC = ("tests/test_decentralized.py", "tests/test_sca_steps.py", "tests/test_accept_reject.py",
        "tests/test_assoc_moves.py")
 INST = ("tests/test_instance.py", "tests/test_field_ranges.py", "tests/test_links.py")
