@@ -1,9 +1,9 @@
-"""CE-FL on Flower (issue 14): the Flower app gives the in-process trainer's numbers.
+"""CE-FL on Flower: the Flower app gives the in-process trainer's numbers.
 
 Fast tests drive the real CEFLStrategy and ClientApp through an in-process Grid (every
 message pickled both ways, as Ray does); one test runs Flower's simulation engine (Ray, ~15-40 s
 of start-up on 2 busy cores). Deployment engine (SuperLink + SuperNodes) and a SuperNode failing
-under Ray: tests/test_flower_deploy.py (slow).
+under Ray: tests/test_flower_slow.py (slow).
 """
 import ipaddress
 import os
@@ -279,6 +279,29 @@ def test_run_config_is_parsed_like_the_cli():
     with pytest.raises(InstanceError, match="--dataset: invalid choice: 'nope'"):
         flower.train_args_from_run_config({"net": "a", "sol": "b", "out": "c",
                                            "dataset": "nope"})
+
+
+def test_flower_app_run_config_defaults_are_the_clis():
+    """flower_app/pyproject.toml's run config, read as `flwr run` reads it, gives `cefl-opt
+    train`'s defaults for every option but the three it sets on purpose (dataset, rounds,
+    threads); a value there would silently override the instance (vartheta = "tau_eff" made the
+    deployment aggregate with tau_eff where `cefl-opt train` uses the instance's vartheta)."""
+    import argparse
+
+    from cefl_opt.cli.learning import register
+    from flwr.common.config import get_fused_config_from_dir
+    paths = {"net": "/n.json", "sol": "/s.json", "out": "/h.csv"}
+    cfg = get_fused_config_from_dir(Path(__file__).resolve().parents[1] / "flower_app", paths)
+    app = vars(flower.train_args_from_run_config(cfg))
+    parser = argparse.ArgumentParser(prog="cefl-opt")
+    register(parser.add_subparsers(dest="command"))
+    cli = vars(parser.parse_args(["train", "/n.json", "/s.json", "--out", "/h.csv",
+                                  "--dataset", "digits"]))
+    on_purpose = {"rounds": (3, 20), "threads": (1, None)}
+    assert app["dataset"] == "digits" and app["vartheta"] is None
+    assert {k: (app[k], cli[k]) for k in cli if app[k] != cli[k]} == on_purpose
+    keys = {k.replace("-", "_") for k in cfg}
+    assert keys - set(app) == {"min_nodes", "round_timeout"}   # the rest are options
 
 
 # ---------------------------------------------------------------- CLI

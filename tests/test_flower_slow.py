@@ -1,4 +1,4 @@
-"""CE-FL on Flower, slow checks (issue 14): the deployment engine on localhost (a SuperLink, two
+"""CE-FL on Flower, slow checks: the deployment engine on localhost (a SuperLink, two
 SuperNodes and `flwr run`, all on 127.0.0.1, every process killed afterwards) and a SuperNode
 failing mid-round under Ray's simulation engine."""
 import os
@@ -81,8 +81,10 @@ def net_files(tmp_path):
 
 def test_deployment_engine_on_localhost(net_files):
     """`flower-superlink --insecure` and two `flower-supernode`s on 127.0.0.1, `flwr run
-    flower_app` for one round: the ServerApp writes the same CSV as `--engine local` (3 DPUs
-    on 2 SuperNodes)."""
+    flower_app` for 3 rounds with the app's run config (only paths, dataset, rounds and nodes
+    set): the ServerApp writes the same CSV and targets table, byte for byte, as `cefl-opt train
+    --engine local` with the same options (3 DPUs on 2 SuperNodes). Same thread count on both
+    sides (the run config's threads = 1): a different count may change the last bits."""
     tmp = net_files
     link, n1, n2 = free_ports(3)
     home = tmp / "flwr-home"
@@ -112,7 +114,7 @@ def test_deployment_engine_on_localhost(net_files):
         ports = listening([p for proc in procs for p in pids_below(proc.pid)])
         assert len(ports) >= 3 and all_loopback(ports), ports
         cfg = (f'net="{tmp / "net.json"}" sol="{tmp / "sol.json"}" out="{tmp / "deploy.csv"}" '
-               f'dataset="digits" rounds=1 min-nodes=2 round-timeout=240.0')
+               f'dataset="digits" rounds=3 min-nodes=2 round-timeout=240.0')
         run = subprocess.run([str(BIN / "flwr"), "run", str(REPO / "flower_app"), "cefl-local",
                               "--stream", "--run-config", cfg],
                              env=env, cwd=tmp, capture_output=True, text=True, timeout=400)
@@ -125,7 +127,8 @@ def test_deployment_engine_on_localhost(net_files):
             f.close()
     assert all(p.poll() is not None for p in procs)
     assert main(["train", str(tmp / "net.json"), str(tmp / "sol.json"), "--dataset", "digits",
-                 "--rounds", "1", "--no-progress", "--out", str(tmp / "local.csv")]) == 0
+                 "--rounds", "3", "--threads", "1", "--no-progress",
+                 "--out", str(tmp / "local.csv")]) == 0
     assert (tmp / "deploy.csv").read_bytes() == (tmp / "local.csv").read_bytes()
     assert (tmp / "deploy.targets.csv").read_bytes() == (tmp / "local.targets.csv").read_bytes()
 

@@ -30,21 +30,21 @@ def digits():
 
 def test_cefl_on_mnist5k_is_far_above_chance(mnist5k):
     """6 UEs (5 of 10 labels each, non-i.i.d.) + 2 DCs, 30 % offloading, 10 FedProx steps of
-    mini-batch ratio 0.2, lr 0.05: after 4 rounds the test accuracy must be >= 0.6. Chance is
-    0.1; such runs reach 0.72-0.73 (seeds 0-2), so 0.6 leaves margin, while an aggregation
-    that does not learn stays far below (the paper's vartheta = 0.01 instead of tau_eff: 0.145;
-    vartheta = 0.5: 0.29 after 4 rounds)."""
+    mini-batch ratio 0.2, lr 0.05, the instance's vartheta (3): after 4 rounds the test accuracy
+    must be >= 0.55. Chance is 0.1; such runs reach 0.600-0.672 (seeds 0-9, mean 0.645; seed 0:
+    0.643), so 0.55 leaves margin, while an aggregation that does not learn stays far below (the
+    paper's vartheta = 0.01: 0.14-0.16, seeds 0-2; vartheta = 0.5: 0.29-0.35 after 4 rounds)."""
     inst = toy_instance(N=6, B=2, S=2, T=4, D=400, seed=0)
     sol = toy_solution(inst, offload=0.3, gamma=10, m=0.2, seed=0)
     res = run_training(inst, sol, mnist5k, method="cefl", rounds=4, lr=0.05, seed=0,
-                       cost_fn=toy_round_costs, targets=(0.5, 0.6, 0.99))
+                       cost_fn=toy_round_costs, targets=(0.5, 0.55, 0.99))
     h = res.history
-    assert h["accuracy"].iloc[-1] >= 0.6, h["accuracy"].tolist()
+    assert h["accuracy"].iloc[-1] >= 0.55, h["accuracy"].tolist()
     assert h["dpus_trained"].min() == inst.N + inst.S          # UEs and both DCs trained
     assert h["aggregator"].tolist() == [r.aggregator for r in sol.rounds]
     assert h["samples"].tolist() == [int(np.rint(inst.Dbar[t]).sum()) for t in range(4)]
     t = res.targets.set_index("target")
-    assert bool(t.loc[0.6, "reached"]) and not bool(t.loc[0.99, "reached"])
+    assert bool(t.loc[0.55, "reached"]) and not bool(t.loc[0.99, "reached"])
     assert np.isfinite(h["cum_energy_kJ"]).all() and (np.diff(h["cum_delay_s"]) > 0).all()
 
 
@@ -184,8 +184,8 @@ def test_baselines_with_own_parameters_keep_the_solution_values(digits):
 @pytest.mark.slow
 def test_paper_network_fmnist_cefl_vs_fednova():
     """The paper network (20 UEs, 10 BSs, 5 DCs) on Fashion-MNIST, MLP: the reference
-    orchestration with 30 % offloading trains all 25 DPUs; 3 rounds reach >= 0.65 (measured
-    0.73 for CE-FL, 0.71 for FedNova; chance 0.1) and both methods are costed."""
+    orchestration with 30 % offloading trains all 25 DPUs (FedNova: the 20 UEs); after 3 rounds
+    both methods are far above chance (0.1), CE-FL above FedNova, and both are costed."""
     from cefl_opt.learning.data import FMNIST_DIR, load_dataset
     gen = pytest.importorskip("cefl_opt.generator")
     system = pytest.importorskip("cefl_opt.system")
@@ -197,11 +197,20 @@ def test_paper_network_fmnist_cefl_vs_fednova():
     for r in sol.rounds:
         r.rho_nb = np.zeros((inst.N, inst.B))
         r.rho_nb[np.arange(inst.N), r.uplink_bs] = 0.3
-    for method in ("cefl", "fednova"):
+    # Thresholds from this run's accuracy after 3 rounds over trainer seeds 0-19 (this instance,
+    # the reference orchestration: gamma 1.57 on every DPU, the Theorem 1 step-size cap; CE-FL
+    # with the instance's vartheta, 3): CE-FL 0.626-0.668 (mean 0.648, sd 0.013), FedNova
+    # 0.564-0.640 (mean 0.602, sd 0.022), CE-FL - FedNova >= 0.018 on all 20 seeds (seed 0:
+    # 0.6468 vs 0.6141). CE-FL aggregating with tau_eff instead (~1.57 here) gets 0.6069 at
+    # seed 0, below FedNova; with the paper's vartheta 0.01 it stays at 0.03.
+    acc = {}
+    for method, floor in (("cefl", 0.60), ("fednova", 0.53)):
         h = run_training(inst, sol, data, method=method, rounds=3).history
-        assert h["accuracy"].iloc[-1] >= 0.65, (method, h["accuracy"].tolist())
+        acc[method] = h["accuracy"].iloc[-1]
+        assert acc[method] >= floor, (method, h["accuracy"].tolist())
         assert h["dpus_trained"].iloc[0] == (25 if method == "cefl" else 20)
         assert np.isfinite(h["cum_energy_kJ"]).all() and (h["delay_s"] > 0).all()
+    assert acc["cefl"] > acc["fednova"], acc
 
 
 def test_baselines_average_only_over_dpus_holding_data(digits):

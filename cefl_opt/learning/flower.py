@@ -1,4 +1,4 @@
-"""CE-FL on Flower 1.42 (issue 14): a solution's orchestration runs as a Flower app.
+"""CE-FL on Flower 1.42: a solution's orchestration runs as a Flower app.
 
 - :class:`CEFLStrategy` (a ``flwr.serverapp.strategy.Strategy``) drives one server-side
   :class:`~cefl_opt.learning.trainer.Trainer`. ``configure_train`` takes the trainer's plan of
