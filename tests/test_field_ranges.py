@@ -166,7 +166,7 @@ def test_no_solution_is_one_prefixed_line_exit_4(base, tmp_path, capsys, monkeyp
     from cefl_opt.solvers.base import Results, SolutionStatus, TerminationCondition
     net = tmp_path / "net.json"
     base.save(net)
-    monkeypatch.setattr(solver_base, "solve", lambda inst, method, opts: Results(
+    monkeypatch.setattr(solver_base, "solve", lambda inst, method, opts, **kw: Results(
         method=method, termination_condition=TerminationCondition.maxTimeLimit,
         solution_status=SolutionStatus.noSolution))
     rc = cli.main(["solve", str(net), "--method", "greedy-rate", "--out", str(tmp_path / "s.json")])
