@@ -16,16 +16,19 @@ The parent owns interruption: on Ctrl-C (KeyboardInterrupt), SIGTERM (the comman
 ``Terminated``) or any other exception while it waits, it kills the child and re-raises, so an
 interrupted solve never returns a result. The child ignores SIGINT (the parent acts for the
 whole process group) and is killed with the parent if the parent dies (Linux
-``PR_SET_PDEATHSIG``).
+``PR_SET_PDEATHSIG``). The child's temporary files (Pyomo's .nl files for the AMPL Solver
+Library, say) go to a folder of its own, which the parent removes however the child ended.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import pickle
+import shutil
 import signal
 import struct
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -64,12 +67,13 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
     progress. Raises :class:`NativeCrash` if the child dies without an outcome."""
     sys.stdout.flush()
     sys.stderr.flush()
+    scratch = tempfile.mkdtemp(prefix="cefl-opt-solver.")
     read_fd, write_fd = os.pipe()
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:                                   # the child: never returns
         os.close(read_fd)
-        _child(fn, args, write_fd)
+        _child(fn, args, write_fd, scratch)
     os.close(write_fd)
     progress: dict[str, Any] = {}
     outcome = None
@@ -85,6 +89,7 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
     finally:
         if pid:                                    # interrupted or failed while waiting
             _kill(pid)
+        shutil.rmtree(scratch, ignore_errors=True)
     if outcome is None:
         raise _crash(label, status, time.monotonic() - t0, progress)
     kind, value = outcome
@@ -93,15 +98,16 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
     return value
 
 
-def _child(fn: Callable[..., Any], args: tuple, write_fd: int) -> None:
-    """Run `fn` and send its outcome; leave through os._exit (no atexit handlers, no flush of
-    the parent's buffers twice)."""
+def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> None:
+    """Run `fn` with its temporary files in `scratch` and send its outcome; leave through
+    os._exit (no atexit handlers, no flush of the parent's buffers twice)."""
     global _PROGRESS_FD
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent()
+        tempfile.tempdir = os.environ["TMPDIR"] = scratch
         _PROGRESS_FD = write_fd
         try:
             outcome = ("result", fn(*args))

@@ -182,3 +182,24 @@ def test_cli_turns_an_injected_native_abort_into_exit_4(tmp_path, method):
     assert "Traceback" not in p.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before        # nothing written
     assert not {f for f in set(os.listdir("/tmp")) - tmp_before if f.startswith("cefl-opt")}
+
+
+def test_the_childs_temporaries_are_removed_however_it_ends(tmp_path, monkeypatch):
+    """The child writes its temporary files (Pyomo's .nl files, say) to a folder of its own,
+    which the parent removes: after a result, an exception and a crash alike."""
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+    def leave(then):
+        fd, path = tempfile.mkstemp(suffix="pynumero.nl")
+        os.close(fd)
+        assert Path(path).parent.parent == tmp_path       # inside the child's own folder
+        return then()
+
+    assert call_isolated(leave, lambda: 1, label="x") == 1
+    with pytest.raises(ValueError):
+        call_isolated(leave, lambda: (_ for _ in ()).throw(ValueError("x")), label="x")
+    with pytest.raises(NativeCrash):
+        call_isolated(leave, os.abort, label="x")
+    assert list(tmp_path.iterdir()) == []

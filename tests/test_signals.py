@@ -82,7 +82,8 @@ def test_interrupt_summary_counts_only_clean_runs_as_expected():
            {"temporaries_left": "/tmp/x"}, {"processes_left": 1}]
     df = pd.DataFrame([base] + [{**base, **b} for b in bad])
     s = summarise(df).iloc[0]
-    assert (s["runs"], s["as_expected"], s["files_left"], s["processes_left"]) == (7, 1, 1, 1)
+    assert (s["runs"], s["interrupted"], s["as_expected"], s["files_left"],
+            s["processes_left"]) == (7, 7, 1, 1, 1)
     assert s["exit_codes"] == "0x1 130x6"
 
 
