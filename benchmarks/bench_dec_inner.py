@@ -1,6 +1,7 @@
 """Cost of one inner iteration, decentralised (per-node arrays, relay-tree messages through
 `LocalComm`) against centralised (the same arithmetic on global arrays), and what each node
-stores (issue 11: sparse duals, work per node proportional to its rows and degree).
+stores (sparse duals, work per node proportional to its rows and degree: docs/decentralized.md,
+'Per-node blocks').
 
     python -m benchmarks.bench_dec_inner [--quick] [--seed 0] [--sizes small,20x10x5x5]
         [--iters 300]
@@ -9,7 +10,7 @@ For each size: build the per-node structure, linearise at w^0, run `--iters` inn
 of the same surrogate in both modes (same iterates; checked; three alternating runs per mode,
 the best time of each counts: the shared machine's load only adds) and report the time per inner
 iteration, its ratio, the largest number of multipliers and shared-variable entries a node
-holds against V x K (the dense layout of the old solver), and messages per node per inner
+holds against V x K (a dense layout, every node holding every row), and messages per node per inner
 iteration. Writes results/bench/dec_inner.csv.
 
 One BLAS thread (set before numpy loads): stable timings on the shared 2-core machine.

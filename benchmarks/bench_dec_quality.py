@@ -10,8 +10,8 @@ For every (preset, seed): the decentralised objective of P, whether `cefl_opt.sy
 finds it feasible (the check `cefl-opt evaluate` runs), its `stop_reason`, outer / inner
 iterations, messages per node and outer iteration (mean / max, count and bytes), ipopt-enum's
 objective, the relative gap dec/enum - 1, both aggregator sequences and both wall times.
-Writes results/bench/dec_quality.csv and dec_quality.png and prints the worst gap. The issue's
-criteria: gap <= 1 % on small (8 seeds, T = 2), <= 2 % on paper (3 seeds, T = 3), converged and
+Writes results/bench/dec_quality.csv and dec_quality.png and prints the worst gap. The quality
+targets: gap <= 1 % on small (8 seeds, T = 2), <= 2 % on paper (3 seeds, T = 3), converged and
 feasible on every one.
 
 --quick: `small` seeds 101-102 only. --jobs J: instances in J processes (wall times are then

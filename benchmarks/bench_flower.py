@@ -1,18 +1,18 @@
-"""The Flower engine's cost (issue 14): seconds per CE-FL round through Flower's simulation
-engine (Ray, one SuperNode per DPU) against the in-process trainer, on the paper network
-(20 UEs + 5 DCs = 25 DPUs, Fashion-MNIST, MLP), both in one run with the same seed and
+"""The Flower engine's cost (docs/training.md, 'CE-FL on Flower'): seconds per CE-FL round through
+Flower's simulation engine (Ray, one SuperNode per DPU) against the in-process trainer, on the paper
+network (20 UEs + 5 DCs = 25 DPUs, Fashion-MNIST, MLP), both in one run with the same seed and
 orchestration, and whether the two accuracy curves are the same.
 
-Orchestration: ``bench_trainer.paper_network`` (the ``paper`` preset's reference solution with
-30 % offloading, so that all 25 DPUs train). Per round: ``train_s`` (plan, local steps,
-aggregation; with Flower also the messages) + ``eval_s`` (the 10k test set), and ``fit_s``, the
-seconds inside ``local_fedprox`` summed over the DPUs (measured by the ClientApps under Flower). The Flower engine's
-first round also pays Ray's start-up and the ClientApps' imports and data loading, so it is
-reported apart (``startup_s`` = whole Flower run - its rounds 2..R) and the overhead ratio is
-over rounds 2..R of both engines (the local engine runs first and last, both runs count).
-``--cpus 1,2``: one Flower run per Ray CPU budget; with 1 CPU
-one ClientApp runs at a time, as the local trainer runs its DPUs one after the other (the ratio
-is Flower's overhead alone), with 2 the two ClientApps overlap.
+Orchestration: ``bench_trainer.paper_network`` (the ``paper`` preset's reference solution with 30 %
+offloading, so that all 25 DPUs train). Per round: ``train_s`` (plan, local steps, aggregation; with
+Flower also the messages) + ``eval_s`` (the 10k test set), and ``fit_s``, the seconds inside
+``local_fedprox`` summed over the DPUs (measured by the ClientApps under Flower). The Flower
+engine's first round also pays Ray's start-up and the ClientApps' imports and data loading, so it is
+reported apart (``startup_s`` = whole Flower run - its rounds 2..R) and the overhead ratio is over
+rounds 2..R of both engines (the local engine runs first and last, both runs count). ``--cpus 1,2``:
+one Flower run per Ray CPU budget; with 1 CPU one ClientApp runs at a time, as the local trainer
+runs its DPUs one after the other (the ratio is Flower's overhead alone), with 2 the two ClientApps
+overlap.
 
     python -m benchmarks.bench_flower [--rounds 5] [--cpus 1,2] [--quick]
 

@@ -1,7 +1,7 @@
 """Why P keeps gamma = 1 under vartheta = tau_eff and goes to the step-row cap under vartheta =
-constant (issue 15): the corollary ML bound (eq:convSpecial as SPEC §3 states it, evaluated by
-`cefl_opt.system`) and its five terms along a common gamma at one fixed orchestration, for both
-vartheta modes.
+constant: the corollary ML bound (eq:convSpecial with the resolutions of docs/formulation.md,
+'Resolutions in the ML term', evaluated by `cefl_opt.system`) and its five terms along a common
+gamma at one fixed orchestration, for both vartheta modes.
 
     python -m benchmarks.bench_gamma_tradeoff [--T 5] [--orchestration reference] [--solution FILE]
         [--beyond 1.5] [--points 41] [--placeholder-constants]
@@ -22,12 +22,12 @@ decides the sign. With the measured sigma (~23) the noise term dominates; under 
 bound falls with g up to the step-size row (cap 1 + T^2/(4 L^2 (2 zeta1^2 + 1)) for a common g),
 under tau_eff it rises from g = 1.
 
-The orchestration (everything but gamma) is held: the reference orchestration of SPEC §3 by
-default (instant), or the solution of a solve method (`--orchestration greedy-rate`, solved once
-under the instance's default vartheta mode), or a solution file (`--solution`). Each mode uses
-its own default weights (`normalising_weights`), as exp1 does. ML constants: measured on
-Fashion-MNIST (the cache in results/cache; estimating them afresh takes 20-60 min) unless
-`--placeholder-constants`.
+The orchestration (everything but gamma) is held: the reference orchestration (docs/modelling.md,
+'Weights and infeasible capacity') by default (instant), or the solution of a solve method
+(`--orchestration greedy-rate`, solved once under the instance's default vartheta mode), or a
+solution file (`--solution`). Each mode uses its own default weights (`normalising_weights`), as
+exp1 does. ML constants: measured on Fashion-MNIST (the cache in results/cache; estimating them
+afresh takes 20-60 min) unless `--placeholder-constants`.
 
 Per mode and gamma: the five terms, the bound, vartheta, gbar, both sides of the step row, the
 delay, the energy, the objective and whether the point is feasible for P (points past the cap
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     suite.ap.add_argument("--T", type=int, default=5, help="rounds of the instance (5)")
     suite.ap.add_argument("--orchestration", default="reference",
                           choices=["reference", *common.method_names()],
-                          help="the held orchestration: SPEC's reference or a solve method's")
+                          help="the held orchestration: the reference or a solve method's")
     suite.ap.add_argument("--solution", default=None,
                           help="a solution file to hold instead (overrides --orchestration)")
     suite.ap.add_argument("--beyond", type=float, default=1.5,

@@ -1,8 +1,8 @@
-"""Scale sweep of issue 11 (item 5): from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20.
+"""Scale sweep from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20 (docs/scale-mpi.md).
 
     python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
                                      [--reach 5] [--ranks 1,2] [--timeout 900]
-                                     [--measures floor,dec,cpd,ipopt] [--repeats 3]
+                                     [--measures floor,dec,ipopt] [--repeats 3]
 
 Per size (T = 2; every link at the paper size and below, `--reach 5` beyond it), each
 measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) is its own:
@@ -15,19 +15,21 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   linearisation + one projection of the solver's own structure, when it exposes them; with
   `build_structure`'s time and its per-node Hessian entries, max and total), messages
   and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
-* `dec5` (per rank count, as `dec`), `cpd`: `--method decentralized` and `--method
-  centralized-pd` (the same iterations with exact global dual updates) for `--cpd-outer` (5)
-  outer iterations: time per outer and per inner iteration. `--repeats K` runs the pair K
-  times, alternating (dec5, cpd, dec5, cpd, ...), so that both see the same load; the ratio of
-  the medians per inner iteration is the comparison "a decentralised inner iteration <= 1.5x a
-  centralised" (`scale_ratio.csv`);
+* `decentralized_per_iter` (per rank count, as `dec`), `centralized_pd_per_iter`: `--method
+  decentralized` and `--method centralized-pd` (the same iterations with exact global dual
+  updates) for `--timing-outer` (5) outer iterations: time per outer and per inner iteration.
+  `--repeats K` runs the pair K times, alternating (decentralized, centralized-pd,
+  decentralized, ...), so that both see the same load; the ratio of the medians per inner
+  iteration is the comparison "a decentralised inner iteration <= 1.5x a centralised"
+  (`scale_ratio.csv`);
 * `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
   the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
   finishes within the timeout: build and solve time, Ipopt iterations.
 
 Writes results/bench/scale.csv (one row per size, measurement, rank count and repeat),
-results/bench/scale_ratio.csv (per size and rank count: the medians of `dec5` and `cpd` per inner
-iteration, their ratio, the spread of the repeats) and
+results/bench/scale_ratio.csv (per size and rank count: the medians of the two timing runs per
+inner iteration, columns `decentralized_ms_per_inner` and `centralized_pd_ms_per_inner`, their
+ratio, the spread of the repeats) and
 results/bench/scale.png (log-log: wall time against the number of variables; decentralised with
 1 and 2 ranks, centralised Ipopt, the per-iteration times). The machine's load average is
 recorded with every row (timings on the shared 2-core machine are inflated under load). Every
@@ -52,6 +54,10 @@ import pandas as pd  # noqa: E402
 from benchmarks import common  # noqa: E402
 
 PAPER_SIZE = (20, 10, 5)
+# the per-iteration timing runs: a fixed number of outer iterations of each method
+DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING = "decentralized_per_iter", "centralized_pd_per_iter"
+TIMING = (DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING)
+MEASURES = ("floor", "dec", DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING, "ipopt")
 SIZES = "20/10/5,50/15/8,100/20/10,200/40/10,500/60/15,1000/100/20"
 QUICK_SIZES = "20/10/5,50/15/8"
 BIN = Path(sys.executable).parent
@@ -256,21 +262,21 @@ def measure(args) -> pd.DataFrame:
             rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
             record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
         methods = [("dec", "decentralized", r) for r in args.ranks]
-        methods += [("dec5", "decentralized", r) for r in args.ranks]
-        methods += [("cpd", "centralized-pd", 1)]
+        methods += [(DECENTRALIZED_TIMING, "decentralized", r) for r in args.ranks]
+        methods += [(CENTRALIZED_PD_TIMING, "centralized-pd", 1)]
         if "ipopt" in args.measures:
             rc, wall, rss, tail = _peak_rss_child(
                 _worker_cmd("ipopt", {**job, "time_limit": args.timeout}), args.timeout + 60)
             record("ipopt", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
-        timing = [m for m in methods if m[0] in ("dec5", "cpd") and m[0] in args.measures]
+        timing = [m for m in methods if m[0] in TIMING and m[0] in args.measures]
         runs = [(m, 0) for m in methods if m[0] in args.measures and m not in timing]
         runs += [(m, rep) for rep in range(args.repeats) for m in timing]   # alternating
         for (kind, method, ranks), rep in runs:
             sol = path.with_name(path.stem + f"-{kind}-{ranks}.json")
             cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method,
                    "--out", str(sol)]
-            if kind in ("cpd", "dec5") and args.cpd_outer:  # per-iteration timing runs
-                cmd += ["--max-outer", str(args.cpd_outer)]
+            if kind in TIMING and args.timing_outer:
+                cmd += ["--max-outer", str(args.timing_outer)]
             if ranks > 1:
                 cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--backend", "mpi"]
             if sol.exists():
@@ -283,18 +289,21 @@ def measure(args) -> pd.DataFrame:
 
 
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per size and rank count: median seconds per inner iteration of `dec5` over `cpd`'s."""
+    """Per size and rank count: median seconds per inner iteration of the decentralised timing
+    runs over the centralised primal-dual's."""
     if "s_per_inner" not in df:
         return pd.DataFrame()
-    ok = df[(df.rc == 0) & df.measure.isin(["dec5", "cpd"]) & df.s_per_inner.notna()]
-    cpd = ok[ok.measure == "cpd"].groupby("size", sort=False).s_per_inner
+    ok = df[(df.rc == 0) & df.measure.isin(TIMING) & df.s_per_inner.notna()]
+    central = ok[ok.measure == CENTRALIZED_PD_TIMING].groupby("size", sort=False).s_per_inner
     rows = []
-    for (size, ranks), d in ok[ok.measure == "dec5"].groupby(["size", "ranks"], sort=False):
-        if size not in cpd.groups:
+    decentral = ok[ok.measure == DECENTRALIZED_TIMING]
+    for (size, ranks), d in decentral.groupby(["size", "ranks"], sort=False):
+        if size not in central.groups:
             continue
-        g, c = d.s_per_inner, cpd.get_group(size)
+        g, c = d.s_per_inner, central.get_group(size)
         rows.append({"size": size, "ranks": ranks, "repeats": len(g),
-                     "dec5_ms": 1e3 * g.median(), "cpd_ms": 1e3 * c.median(),
+                     "decentralized_ms_per_inner": 1e3 * g.median(),
+                     "centralized_pd_ms_per_inner": 1e3 * c.median(),
                      "ratio": g.median() / c.median(),
                      "ratio_min": g.min() / c.max(), "ratio_max": g.max() / c.min()})
     return pd.DataFrame(rows)
@@ -305,7 +314,7 @@ def _parse_worker(tail: str) -> dict:
     return json.loads(line[-1][2:]) if line else {}
 
 
-def figure(df: pd.DataFrame, path: Path) -> Path:
+def figure(df: pd.DataFrame, path: Path, timing_outer: int = 5) -> Path:
     plt = common.plt()
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     ok = df[(df.rc == 0) & df.vars_block.notna()]
@@ -314,11 +323,12 @@ def figure(df: pd.DataFrame, path: Path) -> Path:
             continue
         g = g.groupby("vars_block", as_index=False).median(numeric_only=True)   # the repeats
         label = {"dec": f"decentralized, {ranks} rank(s)",
-                 "dec5": f"decentralized (5 outer), {ranks} rank(s)",
-                 "cpd": "centralized-pd (5 outer)", "ipopt": "one Ipopt solve (greedy-rate)"}[kind]
+                 DECENTRALIZED_TIMING: f"decentralized ({timing_outer} outer), {ranks} rank(s)",
+                 CENTRALIZED_PD_TIMING: f"centralized-pd ({timing_outer} outer)",
+                 "ipopt": "one Ipopt solve (greedy-rate)"}[kind]
         if kind in ("dec", "ipopt"):
             ax[0].loglog(g.vars_block, g.wall_s, "o-", label=label)
-        if kind in ("dec5", "cpd") and "s_per_inner" in g and g.s_per_inner.notna().any():
+        if kind in TIMING and "s_per_inner" in g and g.s_per_inner.notna().any():
             ax[1].loglog(g.vars_block, g.s_per_inner, "o-", label=f"{label}: per inner it.")
             ax[1].loglog(g.vars_block, g.s_per_outer, "s:", label=f"{label}: per outer it.")
     fl = ok[ok.measure == "floor"]
@@ -343,14 +353,15 @@ def main(argv=None) -> int:
     ap.add_argument("--reach", type=int, default=5, help="links per UE beyond the paper size")
     ap.add_argument("--ranks", default="1,2", help="rank counts of the decentralised runs")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
-    ap.add_argument("--cpd-outer", type=int, default=5,
-                    help="outer iterations of the timing runs `cpd` (centralized-pd) and `dec5` "
-                         "(decentralized): their per-iteration times are what counts")
+    ap.add_argument("--timing-outer", type=int, default=5,
+                    help="outer iterations of the timing runs `{}` and `{}`: their "
+                         "per-iteration times are what counts".format(*TIMING))
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs of each of `dec5` and `cpd` per size, alternating; the ratio "
-                         "uses their medians")
-    ap.add_argument("--measures", default="floor,dec,dec5,cpd,ipopt",
-                    help="which measurements after `gen` (default: floor,dec,dec5,cpd,ipopt)")
+                    help="runs of each of `{}` and `{}` per size, alternating; the ratio "
+                         "uses their medians".format(*TIMING))
+    ap.add_argument("--measures", default=",".join(MEASURES),
+                    help=f"which measurements after `gen` (default: {','.join(MEASURES)}; "
+                         "none: `gen` alone)")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "JOB"), help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker:
@@ -360,6 +371,10 @@ def main(argv=None) -> int:
     args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     args.ranks = [int(x) for x in str(args.ranks).split(",")]
     args.measures = set(args.measures.split(","))
+    unknown = args.measures - {*MEASURES, "none"}
+    if unknown:
+        ap.error(f"--measures: unknown {','.join(sorted(unknown))} "
+                 f"(known: {','.join(MEASURES)}, or none)")
     df = measure(args)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +386,7 @@ def main(argv=None) -> int:
         print(rt.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
         common.write_csv(rt, out / "scale_ratio.csv")
         print(f"wrote {out / 'scale_ratio.csv'}")
-    print(f"wrote {figure(df, out / 'scale.png')}")
+    print(f"wrote {figure(df, out / 'scale.png', args.timing_outer)}")
     return 0
 
 

@@ -1,19 +1,20 @@
-"""Experiment 1 (SPEC §8.1; paper tables tab:ML_energy_table, tab:ML_delay_table): cumulative
-energy (kJ) and delay (s) to reach 60/70/80 % test accuracy, CE-FL vs FedNova vs FedAvg.
+"""Experiment 1 (paper tables tab:ML_energy_table, tab:ML_delay_table;
+docs/results/experiments.md): cumulative energy (kJ) and delay (s) to reach 60/70/80 % test
+accuracy, CE-FL vs FedNova vs FedAvg.
 
     python -m benchmarks.exp1_energy_delay_to_accuracy [--quick] [--seed 0] [--rounds 300]
         [--pair default|constant|tau_eff|old] [--vartheta V] [--placeholder-constants]
         [--paper-runs-only]
 
-ML constants (issue 15): measured on the run's data set by default (L, Theta, zeta1, zeta2,
-sigma: `cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds,
-cached in results/cache), the default weights renormalised for them; `--placeholder-constants`
-keeps the preset's 1s. vartheta (SPEC §3: one vartheta for bound and trainer), `--pair`:
-`default` the instance's default (vartheta_mode "constant", vartheta 3: chosen by this
-measurement, README), `constant` (bound and CE-FL's aggregation use the instance's vartheta, 3
-unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (the setting before
-issue 15: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with
-tau_eff, FedAvg by averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
+ML constants: measured on the run's data set by default (L, Theta, zeta1, zeta2, sigma:
+`cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds, cached in
+results/cache), the default weights renormalised for them; `--placeholder-constants` keeps the
+preset's 1s. vartheta (one vartheta for bound and trainer: docs/modelling.md, 'The ML term'),
+`--pair`: `default` the instance's default (vartheta_mode "constant", vartheta 3: chosen by this
+measurement, docs/results/experiments.md), `constant` (bound and CE-FL's aggregation use the
+instance's vartheta, 3 unless `--vartheta V`), `tau_eff` (both use FedNova's tau_eff), `old` (two
+varthetas: bound vartheta = 1, CE-FL's aggregation tau_eff). FedNova always aggregates with tau_eff,
+FedAvg by averaging. The gamma P chose per unit and round is written to <name>_gamma.csv.
 
 CE-FL's orchestration comes from the ``decentralized`` method when it is registered, else from
 ``ipopt-enum`` (``--cefl-method`` overrides; the one used is printed and written to the CSV).

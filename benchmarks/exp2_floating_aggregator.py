@@ -1,6 +1,6 @@
-"""Experiment 2 (SPEC §8.2; paper fig:active_switching): the floating aggregator per round chosen
-by CE-FL vs the datapoint-greedy and data-rate-greedy rules, and per-round delay / energy of
-CE-FL vs a fixed aggregator (averaged over all DCs) and the greedy rules.
+"""Experiment 2 (paper fig:active_switching; docs/results/experiments.md): the floating aggregator
+per round chosen by CE-FL vs the datapoint-greedy and data-rate-greedy rules, and per-round delay /
+energy of CE-FL vs a fixed aggregator (averaged over all DCs) and the greedy rules.
 
     python -m benchmarks.exp2_floating_aggregator [--quick] [--seeds 0,1] [--T 5]
 
@@ -16,7 +16,8 @@ exp2_floating_aggregator_summary.csv (per seed and method) and exp2_floating_agg
 Default: the paper network, T = 5, seed 0: measured 7.7 minutes on the shared 2-core machine
 with another job running (ipopt-enum 4.5 min, decentralized 1.5 min, the 7 fixed/greedy solves
 2 min);
-`--ues 10 --bss 5` keeps 5 DCs and T = 5 and takes a few minutes. --quick: T = 3 on a reduced paper-style network (10 UEs, 6 BSs, 3 DCs).
+`--ues 10 --bss 5` keeps 5 DCs and T = 5 and takes a few minutes. --quick: T = 3 on a reduced
+paper-style network (10 UEs, 6 BSs, 3 DCs).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Experiment 3 (SPEC §8.3; paper fig:model_drift_plots): model drift Delta vs the aggregation
-delay and the UEs' CPU frequency. The paper's claim: more drift -> shorter rounds (smaller
-aggregation delay) and faster UE CPUs.
+"""Experiment 3 (paper fig:model_drift_plots; docs/results/experiments.md): model drift Delta vs the
+aggregation delay and the UEs' CPU frequency. The paper's claim: more drift -> shorter rounds
+(smaller aggregation delay) and faster UE CPUs.
 
     python -m benchmarks.exp3_drift [--quick] [--deltas 0,0.1,0.3,1,3] [--method ipopt-enum]
                                     [--beta-M-scale 1] [--tag NAME]

@@ -1,6 +1,6 @@
-"""Experiment 4 (SPEC §8.4; paper fig:ml_importance_plots): the ML weight xi1 vs the average
-mini-batch ratio m and the DPUs' processing energy E_P_ue + E_P_dc. The paper's claim: more
-weight on the ML bound -> larger mini-batches and more processing energy.
+"""Experiment 4 (paper fig:ml_importance_plots; docs/results/experiments.md): the ML weight xi1 vs
+the average mini-batch ratio m and the DPUs' processing energy E_P_ue + E_P_dc. The paper's claim:
+more weight on the ML bound -> larger mini-batches and more processing energy.
 
     python -m benchmarks.exp4_xi1 [--quick] [--factors 0.1,0.3,1,3,10] [--method ipopt-enum]
 
@@ -9,7 +9,7 @@ Reported per factor: the mean of m over all DPUs and rounds, its data-weighted m
 holds no data has no cost for its m, so its m is arbitrary), min m (the corollary bound depends
 on m only through min_{t,i} m), and the processing energies.
 
-ML constants (issue 15): measured on Fashion-MNIST by default (L, Theta, zeta1, zeta2, sigma;
+ML constants: measured on Fashion-MNIST by default (L, Theta, zeta1, zeta2, sigma;
 `cefl_opt.learning.estimation.measured_constants`, dynamic over the instance's rounds, cached in
 results/cache), with the instance's default vartheta_mode; `--placeholder-constants` keeps the
 preset's 1s. The mean gamma P chooses (over units holding data, weighted by data) is reported.

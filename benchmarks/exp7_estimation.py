@@ -1,6 +1,6 @@
-"""Experiment 7 (SPEC §8.7; paper Appendix "ML Parameter Estimation"): one-shot vs dynamic
-Monte-Carlo estimation of L, Theta_i, zeta1, zeta2 over rounds, on the paper network's dynamic
-partition (``cefl_opt.learning.estimation``).
+"""Experiment 7 (paper Appendix "ML Parameter Estimation"; docs/results/experiments.md): one-shot vs
+dynamic Monte-Carlo estimation of L, Theta_i, zeta1, zeta2 over rounds, on the paper network's
+dynamic partition (``cefl_opt.learning.estimation``).
 
     python -m benchmarks.exp7_estimation [--quick] [--rounds 6] [--J 10] [--dataset fmnist]
 

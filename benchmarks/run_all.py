@@ -1,10 +1,12 @@
-"""Run every experiment suite of SPEC §8, one after the other, each in its own process.
+"""Run every experiment suite of the paper (docs/results/experiments.md), one after the other,
+each in its own process.
 
     python -m benchmarks.run_all [--quick] [--only exp1,exp3] [--seed 0]
 
-Experiments 5 and 6 are ``benchmarks.bench_consensus_gap`` and
-``benchmarks.bench_network_size``. Each suite writes its own CSV/PNG files into results/bench/; this script prints a summary table (status, runtime)
-and writes it to results/bench/run_all.csv. Exit status 1 when a suite that ran failed.
+Experiments 5 and 6 are ``benchmarks.bench_consensus_gap`` and ``benchmarks.bench_network_size``.
+Each suite writes its own CSV/PNG files into results/bench/; this script prints a summary table
+(status, runtime) and writes it to results/bench/run_all.csv. Exit status 1 when a suite that ran
+failed.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """UE-BS association rules, in one place.
 
 * `best_rate_uplink` / `best_rate_downlink`: the BS with the best R_nb / R_bn (the reference
-  orchestration, SPEC §3);
+  orchestration, docs/modelling.md, 'Weights and infeasible capacity');
 * `fastest_path_uplink`: the BS with the fastest gradient path to the aggregator,
   argmin_b beta_M/R_nb + beta_M/Rmax_bs[b, agg] (the start of the fixed-choice methods);
 * `association_rule`: fastest-path uplink and best-rate downlink for a given aggregator;

@@ -1,4 +1,5 @@
-"""Seeded generator of CE-FL network instances and the presets `tiny`, `small`, `paper` (SPEC §6).
+"""Seeded generator of CE-FL network instances and the presets `tiny`, `small`, `paper`
+(docs/modelling.md, 'Units and presets').
 
 Every default number, with where it comes from (SI units):
 
@@ -14,24 +15,25 @@ Every default number, with where it comes from (SI units):
 | DC->BS `R_sb` | Rmax_bs^T x congestion U[0.5, 1] per round | wireline, time-varying congestion |
 | DC->DC `R_ss` | base U[1, 10] Gbit/s (asymmetric) x congestion U[0.2, 1] per round | paper: asymmetric, congested |
 | `c_n` | 300 cycles/bit x beta_D x U[0.8, 1.2] cycles per sample | paper table's c_n = 300, read per bit (per sample it would be ~1000x too small for an MLP step) |
-| `alpha_n` | 2e-28 x U[0.8, 1.2] | SPEC §1: alpha/2 ~ 1e-28 (the paper's 2e-16 gives ~1e9 J per round) |
+| `alpha_n` | 2e-28 x U[0.8, 1.2] | the literature's alpha/2 ~ 1e-28 (the paper's 2e-16 gives ~1e9 J per round; docs/formulation.md, '1. Network and data') |
 | `f` | [100 kHz, 2.3 GHz] | paper table |
 | DC `C, M, Pbar, rho_idle` | 5e6 pts/s, 700, 200 W, 0.4 | paper table |
-| `beta_D, beta_M` | 6272 bit, 4e7 bit | SPEC §1 (the paper's table swaps them) |
+| `beta_D, beta_M` | 6272 bit, 4e7 bit | the paper's table swaps them (docs/formulation.md, '1. Network and data') |
 | `Dbar` | N(2000, sqrt(200)) x sub-network concentration | paper §VI (variance 200); concentration c=0.3 moves to the next sub-network each round |
 | ML `eta, mu, Delta` | 0.001, 0.01, 0.3 | paper table |
-| ML `vartheta_mode`, `vartheta` | `Instance`'s defaults: constant, 3 | SPEC §3: one vartheta for bound and trainer, the number `vartheta` (mode `constant`) or `tau_eff` (FedNova's, a function of gamma); the default pair was chosen by measuring exp1 (README); the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training |
+| ML `vartheta_mode`, `vartheta` | `Instance`'s defaults: constant, 3 | one vartheta for bound and trainer (docs/modelling.md, 'The ML term'), the number `vartheta` (mode `constant`) or `tau_eff` (FedNova's, a function of gamma); the default pair was chosen by measuring exp1 (docs/results/experiments.md); the paper's 0.01 makes the 1/vartheta terms dwarf the rest and freezes training |
 | ML `L, Theta, sigma, zeta1, zeta2` | 1, 1, 1, 1.5, 1 | placeholders; `cefl-opt estimate --apply` and `cefl-opt run` put measured values in |
 | `F0 - F*` | 2.3 | ln(10): cross-entropy of an untrained 10-class model, F* >= 0 |
 | `gamma` | [1, 20] | local SGD iterations |
 | `m_floor, z_floor, R_floor` | 0.01, 0.01, 1 Mbit/s | positive floors keep 1/m, 1/z, 1/R finite |
-| weights `xi1, xi2, xi3` | 1 / (part at the reference orchestration) | SPEC §3 |
+| weights `xi1, xi2, xi3` | 1 / (part at the reference orchestration) | docs/modelling.md, 'Weights and infeasible capacity' |
 | UE-BS links (`reach`) | all links; `reach=k`: the k BSs of highest mean uplink rate | rates stand in for distance (path loss), so these are the k nearest BSs |
 
 Under `reach=k` the draws are those of the full-link instance (same seed, same numbers on the
 present links); the absent links' `R_nb`, `P_nb`, `R_bn` are then set to 0 and the
 communication graph keeps UE-BS edges over present links only. Generation is vectorised
-(1,000 UEs / 100 BSs / 20 DCs in well under a second; README "Scale and MPI").
+(1,000 UEs / 100 BSs / 20 DCs in well under a second; docs/results/scale.md, 'Instance sizes and
+generation').
 """
 from __future__ import annotations
 

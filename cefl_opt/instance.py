@@ -1,4 +1,5 @@
-"""Network instances of CE-FL (SPEC §1, §6): every given quantity of Problem P, per round.
+"""Network instances of CE-FL: every given quantity of Problem P, per round (docs/formulation.md,
+'1. Network and data'; the presets: docs/modelling.md, 'Units and presets').
 
 All quantities are stored in SI units (bit/s, W, Hz, data points, s). The Pyomo model and the
 solvers rescale internally (GHz, Gbit/s, ...); the instance file stays physical.
@@ -105,8 +106,9 @@ SCALAR_FIELDS: dict[str, str] = {k: f.kind for k, f in FIELDS.items() if not f.s
 
 # name -> allowed values (strings)
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
-    # SPEC §3: one vartheta for the bound and the trainer: the number `vartheta` used by both
-    # ("constant"), or FedNova's tau_eff = sum_i p_i ||a_i||_1 used by both ("tau_eff")
+    # one vartheta for the bound and the trainer (docs/modelling.md, 'The ML term'): the number
+    # `vartheta` used by both ("constant"), or FedNova's tau_eff = sum_i p_i ||a_i||_1 used by
+    # both ("tau_eff")
     "vartheta_mode": ("constant", "tau_eff"),
 }
 
@@ -122,7 +124,8 @@ LINK_FIELDS = {"R_nb": "TNB", "P_nb": "TNB", "R_bn": "TBN"}
 
 @dataclass
 class Instance:
-    """Every given quantity of Problem P (SPEC §1). Arrays are numpy, rounds first."""
+    """Every given quantity of Problem P (docs/formulation.md, '1. Network and data'). Arrays are
+    numpy, rounds first."""
 
     name: str
     Dbar: np.ndarray
@@ -153,8 +156,9 @@ class Instance:
     rho_idle: float = 0.4
     eta: float = 0.001
     mu: float = 0.01
-    # SPEC §3: one vartheta in bound and trainer; the default pair (the number 3 in both) was
-    # chosen by measuring exp1 (README, "Default vartheta pair"); the paper's 0.01 freezes training
+    # one vartheta in bound and trainer (docs/modelling.md, 'The ML term'); the default pair (the
+    # number 3 in both) was chosen by measuring exp1 (docs/results/experiments.md, '1. Energy
+    # and delay to a target accuracy'); the paper's 0.01 freezes training
     vartheta: float = 3.0
     L: float = 1.0
     zeta1: float = 1.5
@@ -403,7 +407,8 @@ class Instance:
 
     # ---- derived -----------------------------------------------------------------------
     def ue_bs_e2e_rate(self) -> np.ndarray:
-        """End-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs) per (t, n, s): SPEC §8 exp. 2."""
+        """End-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs) per (t, n, s): the data-rate-greedy
+        aggregator of the paper's experiment 2 (Fig. `active_switching`)."""
         R = np.where(self.link_mask[None], self.R_nb, np.inf)[:, :, :, None]  # absent: never
         inv = 1.0 / R + 1.0 / self.Rmax_bs[None, None, :, :]
         e2e = np.where(np.isfinite(R), 1.0 / inv, 0.0)
@@ -414,7 +419,8 @@ class Instance:
                 + [f"dc{s}" for s in range(self.S)])
 
     def graph(self):
-        """The communication graph H of SPEC §5 as a networkx Graph (nodes ue*, bs*, dc*)."""
+        """The communication graph H (paper Appendix "Network graph construction";
+        docs/formulation.md, '1. Network and data') as a networkx Graph (nodes ue*, bs*, dc*)."""
         import networkx as nx
         g = nx.Graph()
         g.add_nodes_from(self.node_names())

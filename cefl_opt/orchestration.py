@@ -1,6 +1,6 @@
 """What an orchestration decided, node by node: where the data goes (UE -> BS -> DC, eq:
 dataRemainAtDevice, eq:DataCollecteatServer), which DC aggregates, and where each round's delay
-and energy go (paper §II-E, SPEC §3).
+and energy go (paper §II-E; docs/formulation.md, '4. Delays and energies').
 
 Every number here is read from the numpy evaluator's per-round terms
 (:func:`cefl_opt.system.round_terms`), so these tables, the figures drawn from them

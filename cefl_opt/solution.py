@@ -28,9 +28,9 @@ ROUND_FIELDS: dict[str, tuple[str, type]] = {
 
 @dataclass
 class RoundDecision:
-    """Every decision of one round t (SPEC §2), physical units: f in Hz, z in data points/s,
-    R_bs in bit/s. `aggregator` is the DC index s with I_s = 1; `uplink_bs[n]` the b with
-    I_nb = 1, `downlink_bs[n]` the b with I_bn = 1."""
+    """Every decision of one round t (docs/formulation.md, '2. Variables'), physical units: f in
+    Hz, z in data points/s, R_bs in bit/s. `aggregator` is the DC index s with I_s = 1;
+    `uplink_bs[n]` the b with I_nb = 1, `downlink_bs[n]` the b with I_bn = 1."""
 
     rho_nb: np.ndarray
     rho_bs: np.ndarray

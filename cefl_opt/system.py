@@ -1,4 +1,5 @@
-"""The system model of CE-FL in numpy (paper §II-E, §III, objective (P); SPEC §3).
+"""The system model of CE-FL in numpy (paper §II-E, §III, objective (P); docs/formulation.md,
+'4. Delays and energies' and '5. The objective').
 
 This is the one numpy source of truth for delays, energies and the ML bound. The Pyomo model in
 `cefl_opt.models` writes the same equations symbolically; `tests/test_model_agreement.py` proves
@@ -82,7 +83,8 @@ def round_terms(inst: Instance, t: int, r: RoundDecision) -> dict[str, Any]:
     dc_path = dD_s + dP_s + dA_s
     dA = max(ue_path.max(), dc_path.max())
 
-    # reception (delay_Reception, energy_Reception); SPEC: delta^B_s is a typo for delta^R_s
+    # reception (delay_Reception, energy_Reception); the paper's delta^B_s <= delta^R is a typo for
+    # delta^R_s (docs/formulation.md, 'Resolution: a typo in the reception constraint')
     dR_b = dM_sb[agg, :]
     ER_b = dM_sb[agg, :] * inst.P_sb[agg, :]
     Ibn = np.zeros((B, N))
@@ -160,14 +162,16 @@ def data_shares(inst: Instance, D_i: np.ndarray) -> np.ndarray:
 
 
 def gbar_weighted(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
-    """SPEC §3 (audit resolution): gbar = d sum_t sum_i (D_i[t] / sum_j D_j[t]) gamma[t, i].
+    """gbar = d sum_t sum_i (D_i[t] / sum_j D_j[t]) gamma[t, i] (docs/formulation.md, 'Resolutions
+    in the ML term').
     Equals the paper's sum_t sum_i gamma[t, i] when every DPU holds the same data; a DPU without
     data has no weight."""
     return float(gammas.shape[1] * np.sum(data_shares(inst, D_i) * np.asarray(gammas, float)))
 
 
 def bound_vartheta(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float:
-    """The vartheta of the bound (SPEC §3: one vartheta for bound and trainer).
+    """The vartheta of the bound (one vartheta for bound and trainer: docs/modelling.md, 'The ML
+    term').
     vartheta_mode 'constant': the instance's number (the trainer scales eq:11M by it too).
     'tau_eff': FedNova's effective step count sum_i p_i ||a_i||_1 (eq:normalGrad's weights at
     the instance's eta, mu), averaged over the rounds because the bound has one vartheta; the
@@ -179,7 +183,8 @@ def bound_vartheta(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> float
 
 
 def step_condition(inst: Instance, gammas: np.ndarray, D_i: np.ndarray) -> tuple[float, float]:
-    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3):
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T))
+    (docs/formulation.md, 'Resolutions in the ML term'):
     (lhs, rhs) of 4 d L^2 g_max (g_max - 1) (2 zeta1^2 + 1) <= gbar T."""
     d, T = gammas.shape[1], gammas.shape[0]
     g_max = float(np.max(gammas))
@@ -229,7 +234,7 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
     """Objective term (a). gammas, ms, D_i: [T, I] (UEs then DCs); taus: [T] = dA + dR.
 
     corollary: eq:convSpecial with the tau term before condition (v), gbar weighted by data and
-    vartheta per the instance's vartheta_mode (SPEC §3, audit resolutions).
+    vartheta per the instance's vartheta_mode (docs/formulation.md, 'Resolutions in the ML term').
     general:   eq:GenConvBound at fixed eta, with (D_i-1)/D_i -> 1 and p_i^2/D_i -> D_i/D^2.
     """
     T, d = gammas.shape
@@ -385,10 +390,11 @@ def full_rates(inst: Instance) -> np.ndarray:
 
 
 def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
-    """SPEC §3's reference orchestration: no offloading, fixed aggregator, mid-range f, m, gamma,
-    z = C/2, BS data routed to the DC of its own sub-network, best-rate UE-BS associations.
-    gamma is mid-range of [gamma_min, the largest common gamma that the corollary's step-size
-    condition allows] (`common_gamma_step_cap`), so the reference is a feasible point of P."""
+    """The reference orchestration (docs/modelling.md, 'Weights and infeasible capacity'): no
+    offloading, fixed aggregator, mid-range f, m, gamma, z = C/2, BS data routed to the DC of its
+    own sub-network, best-rate UE-BS associations. gamma is mid-range of [gamma_min, the largest
+    common gamma that the corollary's step-size condition allows] (`common_gamma_step_cap`), so
+    the reference is a feasible point of P."""
     from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
     g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
     rounds = []

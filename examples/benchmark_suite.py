@@ -1,10 +1,11 @@
 """Run one of the paper's experiment suites from Python, read its CSV with pandas, draw a figure.
 
-Shows: experiment 4 of the paper (SPEC §8.4, `benchmarks/exp4_xi1.py`): the weight xi1 of the ML
-bound against the mini-batch ratio m and the DPUs' processing energy, here on a reduced
-paper-style network with the `greedy-rate` method (a rule picks the aggregator, Ipopt the rest:
-no enumeration) so that it takes well under two minutes; then the suite's CSV in pandas and a figure of our own; and how to run
-every suite (`python -m benchmarks.run_all`, several minutes to hours: see the README).
+Shows: experiment 4 of the paper (Fig. `ml_importance_plots`, `benchmarks/exp4_xi1.py`): the weight
+xi1 of the ML bound against the mini-batch ratio m and the DPUs' processing energy, here on a
+reduced paper-style network with the `greedy-rate` method (a rule picks the aggregator, Ipopt the
+rest: no enumeration) so that it takes well under two minutes; then the suite's CSV in pandas and a
+figure of our own; and how to run every suite (`python -m benchmarks.run_all`, several minutes to
+hours: see docs/results/experiments.md).
 
 Run (from any folder, with the project's venv):
     .venv/bin/python examples/benchmark_suite.py [--quick] [--out DIR] [--all]

@@ -17,10 +17,10 @@ The same from the command line:
     cefl-opt solve net.json --method ipopt-enum --out enum.json
     cefl-opt solve net.json --method scip --time-limit 30 --out scip.json
     cefl-opt solve net.json --method decentralized --max-outer 60 \
-        --trace decentralized_trace.csv --out dec.json
+        --trace decentralized_trace.csv --out decentralized.json
     cefl-opt solve net.json --method decentralized-polish --max-outer 60 --out polish.json
-    cefl-opt solve net.json --method centralized-pd --max-outer 60 --out cpd.json
-    cefl-opt evaluate net.json dec.json            # exit 0: feasible
+    cefl-opt solve net.json --method centralized-pd --max-outer 60 --out centralized_pd.json
+    cefl-opt evaluate net.json decentralized.json  # exit 0: feasible
 """
 import argparse
 import logging

@@ -1,7 +1,7 @@
 """The one codec between the variables of `build_problem`'s model and a `Solution`.
 
 Internal units of the model (chosen so that variables are O(1)) against the physical units of a
-`Solution` (SPEC §2):
+`Solution` (docs/formulation.md, '2. Variables'):
 
     f     GHz                     (Solution: Hz)               factor GHZ
     R_bs  Gbit/s                  (Solution: bit/s)            factor GBIT
@@ -10,11 +10,12 @@ Internal units of the model (chosen so that variables are O(1)) against the phys
     rho, gamma, m, I              as they are
 
 `OWNER_FIELDS` says where each per-round field of a `RoundDecision` lives in the model (the
-owner's copy, SPEC §4) and with which factor (None where an absent UE-BS link has no variable,
-`Instance.links`: rho_nb reads 0 there, an indicator -inf, i.e. never chosen);
-`load_solution`, `extract_solution` and `VariableIndex` (the positions of those variables in a
-flat vector, e.g. PyNumero's primal order, for the SCA) all read that one table. `clip_to_bounds` projects a solver's point onto the
-variable boxes and simplices.
+owner's copy, docs/formulation.md, '7. Decomposition into node blocks') and with which factor
+(None where an absent UE-BS link has no variable, `Instance.links`: rho_nb reads 0 there, an
+indicator -inf, i.e. never chosen); `load_solution`, `extract_solution` and `VariableIndex` (the
+positions of those variables in a flat vector, e.g. PyNumero's primal order, for the SCA) all
+read that one table. `clip_to_bounds` projects a solver's point onto the variable boxes and
+simplices.
 """
 from __future__ import annotations
 
@@ -244,7 +245,7 @@ def clip_to_bounds(sol: Solution, inst: Instance, bound: str = "corollary") -> S
         r.R_bs = np.clip(r.R_bs, inst.R_floor, inst.Rmax_bs)
         over = r.R_bs.sum(axis=0) / inst.Rmax_s
         r.R_bs = np.where(over[None, :] > 1.0, r.R_bs / np.maximum(over, 1.0)[None, :], r.R_bs)
-    if bound == "corollary":  # the step-size row (SPEC §3), restored by shrinking gamma
+    if bound == "corollary":  # the step-size row (Theorem 1), restored by shrinking gamma
         from cefl_opt.system import enforce_step_condition
         enforce_step_condition(inst, sol)
     return sol

@@ -113,7 +113,7 @@ def random_solution(inst: Instance, rng: np.random.Generator, *, gamma_hi: float
                                       for n, u in enumerate(r.downlink_bs)])
         rounds.append(r)
     sol = Solution(rounds=rounds, method="random")
-    if step_condition:  # a constraint of P (SPEC §3, corollary form): gammas shrunk to meet it
+    if step_condition:  # a constraint of P (Theorem 1, corollary form): gammas shrunk to meet it
         from cefl_opt.system import enforce_step_condition
         enforce_step_condition(inst, sol)
     return sol

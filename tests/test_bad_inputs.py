@@ -1,4 +1,4 @@
-"""Issue 12: a matrix of bad inputs across every command and the Python API.
+"""A matrix of bad inputs across every command and the Python API.
 
 Each CLI case must give its documented exit status (cefl_opt.cli: 2 for bad input), exactly one
 line `cefl-opt: error: ...` naming the field or option and the value, no traceback, and leave the
@@ -328,7 +328,7 @@ def test_interrupted_solve_prints_one_clean_line(tmp_path):
 def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, method):
     """A Ctrl-C that lands inside a finaliser (`__del__`) cannot be raised there: Python reports
     it to sys.unraisablehook and the work goes on. The command must still exit 130 and write no
-    solution (before the fix: exit 0 and a solution file)."""
+    solution (not exit 0 with a solution file)."""
     net = tmp_path / "net.json"
     make_instance("tiny", seed=1).save(net)
     script = ("import os, signal, sys\n"

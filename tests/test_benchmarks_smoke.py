@@ -1,6 +1,6 @@
-"""Smoke test of the experiment suites (SPEC §8): `python -m benchmarks.run_all --quick` runs
-every suite whose module exists and whose solve methods are registered, each must exit 0 and
-write its CSV and PNG files. Several minutes on a 2-core machine, hence `slow`."""
+"""Smoke test of the experiment suites (docs/results/experiments.md): `python -m benchmarks.run_all
+--quick` runs every suite whose module exists and whose solve methods are registered, each must
+exit 0 and write its CSV and PNG files. Several minutes on a 2-core machine, hence `slow`."""
 from __future__ import annotations
 
 import subprocess

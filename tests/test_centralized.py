@@ -48,6 +48,29 @@ def test_ipopt_enum_is_never_worse_than_its_baselines(small):
     assert enum <= min(fixed_all) * (1 + 1e-9)
 
 
+def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
+    """Every fixed aggregator [s] * T is a start of ipopt-enum (plus both greedy rules), so it
+    is never worse than any `fixed` baseline; spy on the starts it builds."""
+    from cefl_opt.solvers import centralized
+
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    starts = []
+    real = centralized.decisions_for
+
+    def spy(inst_, aggs, *a, **kw):
+        starts.append(tuple(int(s) for s in aggs))
+        return real(inst_, aggs, *a, **kw)
+    monkeypatch.setattr(centralized, "decisions_for", spy)
+    res = solve(inst, "ipopt-enum")
+    assert res.solution is not None
+    S, T = inst.S, inst.T
+    assert len(starts) == S + 2                                 # S constants, 2 greedy rules
+    for s in range(S):
+        assert (s,) * T in starts[:S], (s, starts)
+    fixed = [solve(inst, "fixed", aggregator=s).objective for s in range(S)]
+    assert res.objective <= min(fixed) * (1 + 1e-9)
+
+
 def test_baselines_make_the_choice_they_claim(small):
     assert solve(small, "greedy-data").info["aggregators"] == greedy_data_aggregators(small)
     assert solve(small, "greedy-rate").info["aggregators"] == greedy_rate_aggregators(small)
@@ -97,9 +120,9 @@ def test_scip_passes_its_ipopt_an_options_file_that_avoids_metis():
 
 
 @pytest.mark.slow
-def test_scip_runs_to_its_time_limit_on_a_paper_instance_that_aborted(tmp_path):
-    """Paper seed 9001, T = 3: SCIP aborted the process (SIGABRT in METIS, inside SCIP's MPEC
-    heuristic's Ipopt) after 150-200 s before its Ipopt was moved off METIS. Now it runs to the
+def test_scip_runs_to_its_time_limit_on_a_paper_instance_where_metis_aborts(tmp_path):
+    """Paper seed 9001, T = 3: on this instance METIS aborts the process (SIGABRT inside SCIP's
+    MPEC heuristic's Ipopt, after 150-200 s) unless SCIP's Ipopt avoids METIS. SCIP runs to the
     time limit with a feasible incumbent and a bound below it."""
     net, out = tmp_path / "net.json", tmp_path / "s.json"
     make_instance("paper", seed=9001, rounds=3).save(net)
@@ -181,8 +204,9 @@ def test_a_failed_ipopt_solve_is_retried_once_from_the_reference_with_monotone_m
 
 
 @pytest.mark.slow
-def test_fixed_aggregator_3_on_paper_seed_0_is_solved():
-    # regression: Ipopt's adaptive mu ended locally infeasible here though the choice is feasible
+def test_fixed_solves_an_aggregator_whose_reference_is_feasible():
+    # paper seed 0, aggregator 3: Ipopt's adaptive mu ends locally infeasible here though the
+    # choice is feasible (its reference orchestration is); the method must still solve it
     inst = make_instance("paper", seed=0, rounds=5)
     assert system.evaluate(inst, system.reference_solution(inst, 3)).feasible
     res = solve(inst, "fixed", aggregator=3)

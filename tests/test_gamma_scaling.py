@@ -1,6 +1,6 @@
-"""How the corollary ML bound (eq:convSpecial, SPEC §3) moves with one common gamma under both
-vartheta modes: the scaling that benchmarks/bench_gamma_tradeoff.py relies on to explain P's
-choice of gamma (issue 15), checked against hand-computed values of SPEC's formula.
+"""How the corollary ML bound (eq:convSpecial; docs/formulation.md, 'The ML term (a)') moves with
+one common gamma under both vartheta modes: the scaling that benchmarks/bench_gamma_tradeoff.py
+relies on to explain P's choice of gamma, checked against hand-computed values of the formula.
 
 The hand instance (conftest): d = 4 DPUs, T = 2, L = 1, max Theta = 4, max sigma = 2, F0 - F* =
 2.3, zeta2 = 1.5, sum_i Delta = 1.2 and 2.0 per round; here every DPU holds 750 of the 3000
@@ -44,7 +44,7 @@ def parts(inst, g: float) -> dict[str, float]:
     return ml_bound(inst, np.full((T, D), g), MS, TAUS, DI)
 
 
-# hand values of SPEC's corollary bound at a common gamma g (module docstring)
+# hand values of the corollary bound at a common gamma g (module docstring)
 HAND = {
     "constant": lambda g: {"init": 18.4 * math.sqrt(g), "drift": 25.6 * math.sqrt(g),
                            "noise": 128 / math.sqrt(g), "local": 96.0, "hetero": 4.5 * g},

@@ -105,7 +105,7 @@ def test_generated_instances_feasible_and_weights_normalised():
         ref = reference_solution(inst)
         assert constraint_violations(inst, ref) == []
         ev = evaluate(inst, ref)
-        assert ev.objective == pytest.approx(3.0, rel=1e-12)       # each part 1 (SPEC §3)
+        assert ev.objective == pytest.approx(3.0, rel=1e-12)       # each part 1 (the weights)
 
 
 # ---------------------------------------------------------------------- graph
@@ -222,9 +222,10 @@ def test_instance_copy_and_validate():
 
 
 def test_vartheta_mode_field(tmp_path, tiny_hand):
-    """vartheta_mode (issue 15): 'constant' with vartheta 3 by default (in generated networks
-    too), round-trips, and a bad value is one clear error naming the field and the value; files
-    written before the field load with the default mode (and keep their own number)."""
+    """vartheta_mode (docs/modelling.md, 'The ML term'): 'constant' with vartheta 3 by default (in
+    generated networks too), round-trips, and a bad value is one clear error naming the field and
+    the value; files written before the field load with the default mode (and keep their own
+    number)."""
     inst, _ = tiny_hand
     assert inst.vartheta_mode == "constant"
     gen = make_instance("tiny", seed=0)

@@ -1,4 +1,4 @@
-"""FedProx local steps and the aggregation of eq:11M against hand computations (issue 5)."""
+"""FedProx local steps and the aggregation of eq:11M against hand computations."""
 import numpy as np
 import pytest
 import torch

@@ -133,7 +133,8 @@ def test_estimates_fill_the_instance_on_real_data():
 
 
 def test_sigma_is_the_sample_standard_deviation_by_hand():
-    """sigma_i^2 = sum_j ||xi_j - mean xi||^2 / (D_i - 1) (SPEC §3). DPU 0 holds the points
+    """sigma_i^2 = sum_j ||xi_j - mean xi||^2 / (D_i - 1) (docs/modelling.md, 'The ML
+    term'). DPU 0 holds the points
     (0,0), (2,0), (0,2), (2,2): mean (1,1), each squared distance 2, sum 8, / 3 -> sigma^2 = 8/3.
     DPU 1 holds (1,1), (3,3): mean (2,2), distances 2 + 2 = 4, / 1 -> sigma = 2. DPU 2 holds one
     point and DPU 3 none: they get the largest of the others, 2."""

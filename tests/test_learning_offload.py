@@ -124,6 +124,19 @@ def test_partition_rejects_labels_outside_the_data():
         DynamicPartition(inst, np.zeros(50, dtype=int) + np.arange(50) % 3).round(0)
 
 
+def test_partition_rounds_fractional_sizes_half_up():
+    """A fractional Dbar gives each UE round-half-up samples: 0.5 is one sample, never truncated
+    to none; rounds past T cycle through the instance's rounds."""
+    inst = toy_instance(N=3, B=1, S=1, T=2, D=30, seed=0).copy(
+        Dbar=[[20.5, 3.49, 0.5], [7.5, 1.51, 12.0]])
+    y = np.arange(1000) % 10
+    part = DynamicPartition(inst, y, seed=0)
+    want = {0: [21, 3, 1], 1: [8, 2, 12]}                      # half up, never truncated
+    for r in (0, 1, 2, 3):                                     # rounds 2, 3 cycle 0, 1
+        assert part.sizes(r).tolist() == want[r % 2], r
+        assert [len(ix) for ix in part.round(r)] == want[r % 2], r
+
+
 def _digits():
     from cefl_opt.learning.data import load_dataset
     return load_dataset("digits", seed=0)

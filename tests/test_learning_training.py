@@ -214,7 +214,7 @@ def test_paper_network_fmnist_cefl_vs_fednova():
 
 
 def test_baselines_average_only_over_dpus_holding_data(digits):
-    """Issue 12: every UE offloads all its data and every BS routes it to DC 0, so only DC 0
+    """Every UE offloads all its data and every BS routes it to DC 0, so only DC 0
     trains in the CE-FL round. The baselines' gamma and m are then DC 0's (3 and 0.4), not a
     mean that counts the empty UEs (gamma 9, m 0.9) and the empty DC 1 (gamma 7, m 0.05)."""
     inst = toy_instance(N=3, B=2, S=2, T=1, D=60, seed=2)
@@ -232,7 +232,8 @@ def test_baselines_average_only_over_dpus_holding_data(digits):
 
 
 def test_trainer_uses_the_instances_vartheta(digits):
-    """SPEC §3: one vartheta for bound and trainer: the strategies read the instance's mode."""
+    """One vartheta for bound and trainer (docs/modelling.md, 'The ML term'): the strategies read
+    the instance's mode."""
     inst = toy_instance(N=3, B=1, S=1, T=1, D=60, seed=0)
     sol = toy_solution(inst)
     assert CEFL(inst.copy(vartheta_mode="tau_eff"), sol).vartheta == "tau_eff"

@@ -1,4 +1,5 @@
-"""Absent UE-BS links (`Instance.links`, `network generate --reach k`, issue 11 item 4).
+"""Absent UE-BS links (`Instance.links`, `network generate --reach k`; docs/scale-mpi.md,
+'Large instances').
 
 Truth used here: the full-link instance drawn from the same seed (the present links keep its
 numbers), and the same instance with every link present whose absent links' variables are

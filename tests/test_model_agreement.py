@@ -1,11 +1,11 @@
 """The Pyomo model of P (cefl_opt.models) agrees with the numpy evaluator (cefl_opt.system), and
-its blocks have the structure of SPEC §4.
+its blocks have the structure of docs/formulation.md, '7. Decomposition into node blocks'.
 
 At random feasible points of `small` and `paper` instances (several seeds, both bound forms),
 after `load_solution(model, sol)`: the objective and its three terms equal the evaluator's, and
 EVERY constraint body of the model equals its numpy counterpart (at the tight epigraph values),
 every constraint holds, and every consensus equality holds exactly. The corollary form's
-step-size row (SPEC §3, hosted by dc[0]) and the data-weighted gbar and vartheta (both
+step-size row (Theorem 1, hosted by dc[0]) and the data-weighted gbar and vartheta (both
 vartheta modes) are covered the same way.
 """
 from __future__ import annotations
@@ -320,8 +320,9 @@ def test_data_conservation_in_model(preset, rand_sol):
 
 
 # ---------------------------------------------------------------------- block structure
-OWNED = {  # SPEC §4 table: node kind -> variables it owns (or holds as purely local); the BS
-    # also owns eNBb, its max_n dD_nb over its UEs (the DCs' max_{n,b} dD_nb is the max of these)
+OWNED = {  # the table of docs/formulation.md, '7. Decomposition into node blocks': node kind ->
+    # variables it owns (or holds as purely local); the BS also owns eNBb, its max_n dD_nb over
+    # its UEs (the DCs' max_{n,b} dD_nb is the max of these)
     "ue": {"f", "m", "gamma", "rho", "Inb", "Ibn"},
     "bs": {"rho_bs", "R", "dB", "eNBb"},
     "dc": {"z", "gamma", "m", "eBS", "eNB"},
@@ -375,8 +376,9 @@ def test_compact_node_variables(bound):
 @pytest.mark.parametrize("copies", [True, False])
 @pytest.mark.parametrize("bound", ["corollary", "general"])
 def test_constraint_roles(bound, copies):
-    """With copies (SPEC §4) D_d is local and each C_k involves its host. The compact form
-    (copies=False) reads owners' variables directly, so only the roles' shapes are checked."""
+    """With copies (docs/formulation.md, '7. Decomposition into node blocks') D_d is local and each
+    C_k involves its host. The compact form (copies=False) reads owners' variables directly, so only
+    the roles' shapes are checked."""
     m = _model("small", 1, bound, "relaxed", copies)
     owner = variable_owner_map(m)
     blocks = node_blocks(m)

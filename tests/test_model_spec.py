@@ -1,10 +1,11 @@
-"""The Pyomo model's variable bounds and convex rows against SPEC §2 and §4 (issue 12).
+"""The Pyomo model's variable bounds and convex rows against the formulation (docs/formulation.md,
+'2. Variables' and '7. Decomposition into node blocks').
 
 On the hand instance every bound is distinct (f_min != f_max per UE, Rmax_bs per link, and for
 the general bound gamma_cap = 3.51 != gamma_max = 20), so a bound set from the wrong constant
 fails here even where `clip_to_bounds` would hide it in solver output. Every variable of the
-model must match a row of EXPECTED (a new variable needs its SPEC row here), and every row of
-every node's `convex` block must have the SPEC sense, right-hand side and unit coefficients.
+model must match a row of EXPECTED (a new variable needs its row here), and every row of every
+node's `convex` block must have the formulation's sense, right-hand side and unit coefficients.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ KS = 1e3         # the compact form's lifted data volumes, in thousands of sampl
 
 
 def expected_bounds(inst, bound: str):
-    """SPEC §2 ranges in the model's internal units: (node kind, variable) -> f(node, index)."""
+    """The ranges of docs/formulation.md, '2. Variables', in the model's internal units:
+    (node kind, variable) -> f(node, index)."""
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
     unit = lambda k, i: (0.0, 1.0)                                   # noqa: E731
     free_delay = lambda k, i: (0.0, None)                            # noqa: E731
@@ -84,7 +86,7 @@ def test_every_variable_bound_matches_spec(tiny_hand, bound, copies, binaries):
             continue
         seen.add(id(v))
         kind, node, name, idx = _node(v)
-        assert (kind, name) in want, f"variable {v.name} has no SPEC row in this test"
+        assert (kind, name) in want, f"variable {v.name} has no row in this test"
         lo, hi = want[(kind, name)](node, idx if name not in ("Dv",) else idx[0])
         assert _same(v.lb, lo) and _same(v.ub, hi), (v.name, (v.lb, v.ub), (lo, hi))
         if name in ("Inb", "Ibn", "Is"):
@@ -124,12 +126,13 @@ def test_every_convex_row_has_the_spec_sense_and_rhs(tiny_hand, copies):
         for k, blk in getattr(m, kind).items():
             for c in blk.convex.component_data_objects(pyo.Constraint, active=True):
                 name = c.parent_component().local_name
-                assert (kind, name) in want, f"convex row {c.name} has no SPEC row in this test"
+                assert (kind, name) in want, f"convex row {c.name} has no row in this test"
                 got, exp = _row(c), want[(kind, name)](k)
                 assert got[2] == exp[2] and got[3:] == exp[3:], (c.name, got, exp)
                 assert _same(got[0], exp[0]) and _same(got[1], exp[1]), (c.name, got, exp)
                 rows += 1
-    # every simplex of SPEC §4 is there, once per round (and per UE for the DC copies)
+    # every simplex of the node blocks' convex sets is there, once per round (and per UE for the DC
+    # copies)
     T = inst.T
     expect = T * (4 * N + 2 * B + 2 * S + N * S) if copies else T * (3 * N + B + 1 + S)
     assert rows == expect

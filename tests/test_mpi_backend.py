@@ -1,4 +1,5 @@
-"""MPI backend of the decentralised message passing (`solvers/mpi_backend.py`, issue 11 item 3).
+"""MPI backend of the decentralised message passing (`solvers/mpi_backend.py`;
+docs/scale-mpi.md, 'MPI backend').
 
 The MPI runs are subprocesses of `mpiexec` (from the venv, next to the interpreter) with a
 timeout, so a hang fails the test instead of blocking the suite. Truth: `LocalComm` (all nodes in
@@ -121,10 +122,11 @@ def test_bench_scale_ratio_of_medians():
     import pandas as pd
     from benchmarks.bench_scale import ratios
     ms = 1e-3
-    rows = [("a", "dec5", 1, 2 * ms), ("a", "cpd", 1, 2 * ms), ("a", "dec5", 1, 3 * ms),
-            ("a", "cpd", 1, 2 * ms), ("a", "dec5", 1, 10 * ms), ("a", "cpd", 1, 4 * ms),
-            ("a", "dec5", 2, 5 * ms), ("b", "dec5", 1, 1 * ms), ("b", "cpd", 1, None),
-            ("c", "dec5", 1, 9 * ms)]                     # c: no centralised run, no ratio
+    d, c = "decentralized_per_iter", "centralized_pd_per_iter"      # the measures' names
+    rows = [("a", d, 1, 2 * ms), ("a", c, 1, 2 * ms), ("a", d, 1, 3 * ms),
+            ("a", c, 1, 2 * ms), ("a", d, 1, 10 * ms), ("a", c, 1, 4 * ms),
+            ("a", d, 2, 5 * ms), ("b", d, 1, 1 * ms), ("b", c, 1, None),
+            ("c", d, 1, 9 * ms)]                          # c: no centralised run, no ratio
     df = pd.DataFrame(rows, columns=["size", "measure", "ranks", "s_per_inner"]).assign(rc=0)
     r = ratios(df).set_index(["size", "ranks"])
     assert sorted(r.index) == [("a", 1), ("a", 2)]
@@ -133,3 +135,17 @@ def test_bench_scale_ratio_of_medians():
     assert r.loc[("a", 1), "ratio_min"] == pytest.approx(2 / 4)
     assert r.loc[("a", 1), "ratio_max"] == pytest.approx(10 / 2)
     assert r.loc[("a", 2), "ratio"] == pytest.approx(5 / 2)
+    assert r.loc[("a", 1), "decentralized_ms_per_inner"] == pytest.approx(3.0)   # median, ms
+    assert r.loc[("a", 1), "centralized_pd_ms_per_inner"] == pytest.approx(2.0)
+
+
+def test_bench_scale_refuses_an_unknown_measure(capsys):
+    """A measure name that the sweep does not know (such as an old one) is an error naming it,
+    exit 2, not a sweep that silently skips it."""
+    from benchmarks import bench_scale
+    with pytest.raises(SystemExit) as e:
+        bench_scale.main(["--measures", "floor,dec5", "--sizes", "8/3/2"])
+    assert e.value.code == 2
+    assert "unknown dec5" in capsys.readouterr().err
+    assert set(bench_scale.MEASURES) == {"floor", "dec", "decentralized_per_iter",
+                                         "centralized_pd_per_iter", "ipopt"}

@@ -1,4 +1,5 @@
-"""`cefl-opt solve --method decentralized --backend mpi` under `mpiexec` (issue 11 item 3).
+"""`cefl-opt solve --method decentralized --backend mpi` under `mpiexec` (docs/scale-mpi.md,
+'MPI backend').
 
 Truth: the local backend (every node in one process, `LocalComm`) on the same instance and
 options. The MPI ranks evaluate only their own nodes' providers and take every decision from

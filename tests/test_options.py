@@ -71,7 +71,7 @@ def test_every_field_rejects_values_of_the_wrong_type(cls, name, value):
         assert repr(value) in str(e.value) or str(value) in str(e.value)
 
 
-RANGE_CASES = [  # option values out of their documented range (issue 12, "Options")
+RANGE_CASES = [  # option values out of their documented range (docs/options.md)
     (ScipOptions, "time_limit", 0.0), (ScipOptions, "time_limit", -5.0),
     (ScipOptions, "gap", -1e-3),
     (ScipOptions, "threads", 0), (ScipOptions, "seed", -1),

@@ -18,7 +18,7 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert f"report: {out / 'report.md'}" in printed and "measured ML constants" in printed
-    # the constants were measured on the data (issue 15) and cached once
+    # the constants were measured on the data and cached once
     assert len(list((tmp_path / "cache").glob("estimates-*.json"))) == 1
     for f in ("report.md", "summary.json", "instance.json", "solvers.csv", "solvers.png",
               "training.csv", "targets.csv", "accuracy_vs_cost.png",

@@ -2,7 +2,8 @@
 
 The instance and the decisions are in conftest.hand_instance / hand_solution (2 UEs, 1 BS,
 2 DCs, 2 rounds, round numbers). Every expected value below is written out as arithmetic on
-those numbers from the paper's equations (SPEC §3); none is taken from the code under test.
+those numbers from the paper's equations (docs/formulation.md); none is taken from the code
+under test.
 
 Numbers used (both rounds): beta_D = 1e3 bit, beta_M = 1e6 bit, Dbar = [1000, 2000],
 R_nb = [1e6, 2e6], P_nb = [0.2, 0.5], R_bn = [4e6, 5e6], P_b = 10, Rmax_bs = [1e9, 5e8],
@@ -151,7 +152,8 @@ TAU0 = 1.0041 + 0.255      # dA + dR of round 0
 TAU1 = 1.0709 + 0.26       # of round 1
 
 
-# data-weighted gbar (SPEC §3): d sum_t sum_i D_i gamma_i / D, D = 3000 in both rounds;
+# data-weighted gbar (docs/formulation.md, 'Resolutions in the ML term'):
+# d sum_t sum_i D_i gamma_i / D, D = 3000 in both rounds;
 # (D_i, gamma_i) for UE0, UE1, DC0, DC1: round 0 (500, 2), (1500, 3), (600, 3), (400, 2),
 # round 1 (200, 1), (1000, 1), (900, 3), (900, 2)
 GBAR = 4 * ((500 * 2 + 1500 * 3 + 600 * 3 + 400 * 2) / 3000          # 2.7
@@ -279,7 +281,7 @@ def test_a_norms_by_hand():
 
 def test_general_bound_by_hand(tiny_hand):
     """eq:GenConvBound, fixed eta = 0.1, mu = 1 (q = 0.9), with (D_i-1)/D_i -> 1 and
-    p_i^2/D_i -> D_i/D^2 (SPEC §3). D = 3000 in both rounds."""
+    p_i^2/D_i -> D_i/D^2 (docs/formulation.md, 'The ML term (a)'). D = 3000 in both rounds."""
     inst, sol = tiny_hand
     ev = evaluate(inst.copy(vartheta_mode="constant"), sol, bound="general")
     eta, L, vt, T, D = 0.1, 1.0, 0.5, 2, 3000.0

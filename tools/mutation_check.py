@@ -36,7 +36,8 @@ class Mutant:
     tests: tuple[str, ...]
 
 
-EVAL = ("tests/test_system.py", "tests/test_system_two_bs.py", "tests/test_model_agreement.py")
+EVAL = ("tests/test_system.py", "tests/test_system_round_and_bs_indices.py",
+        "tests/test_model_agreement.py")
 MODEL = ("tests/test_model_spec.py", "tests/test_model_agreement.py")
 CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py", "tests/test_association.py")
 DEC = ("tests/test_decentralized.py", "tests/test_sca_steps.py", "tests/test_accept_reject.py",

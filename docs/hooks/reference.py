@@ -279,7 +279,8 @@ def gen_instance_fields() -> str:
                       + ", ".join(f"`{k}`" for k in mod.META_FIELDS) + "."])
 
 
-#: What each decision of a round means (SPEC §2's variables; the units are the file's, SI).
+#: What each decision of a round means (the variables of formulation.md, '2. Variables'; the units
+#: are the file's, SI).
 ROUND_MEANINGS = {
     "rho_nb": "share of UE n's data offloaded to BS b, \\(\\rho_{n,b}\\in[0,1]\\), "
               "\\(\\sum_b \\rho_{n,b}\\le 1\\) (0 on absent links)",

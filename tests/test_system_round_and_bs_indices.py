@@ -1,7 +1,9 @@
-"""The numpy system model by hand on a second hand instance: 2 UEs, 2 BSs, 2 DCs, 2 rounds, with
-data, rates and powers that differ between rounds and between BSs (issue 12: the one-BS fixture
-with equal rounds let index and round mix-ups through). Every expected value is arithmetic on
-the numbers below, from the paper's equations (SPEC §3); none is taken from the code.
+"""The numpy system model keeps rounds and BSs apart: by hand on a second hand instance, 2 UEs,
+2 BSs, 2 DCs, 2 rounds, with data, rates and powers that differ between rounds and between BSs
+(the hand instance of test_system.py has one BS and rounds that share their network data, so
+there a wrong BS index or network data read from the wrong round cannot show). Every expected
+value is arithmetic on the numbers below, from the paper's equations (docs/formulation.md,
+'4. Delays and energies'); none is taken from the code.
 
     round 0                                   round 1
     Dbar  = [1000, 2000]                      [3000, 500]
