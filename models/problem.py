@@ -1,5 +1,5 @@
 """Problem P (paper §IV, `eqn: optimization objective text`) as a Pyomo model with one block per
-network element (SPEC §4).
+network element (docs/formulation.md "7. Decomposition into node blocks").
 
 Layout of the model returned by `build_problem`:
 
@@ -15,8 +15,9 @@ Layout of the model returned by `build_problem`:
 * `m.consensus`: equalities G(w) = 0, copy = owner's copy (paper `eqn: local copy 1`-`2`).
 * `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
 
-Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs
-on `bs[b]`, and `bs[b].eNBb`, the max of dD_nb over b's UEs (the DCs' max_{n,b} dD_nb in
+Ownership (the table of docs/formulation.md "7. Decomposition into node blocks"): rho_nb,
+I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs on `bs[b]`, and `bs[b].eNBb`,
+the max of dD_nb over b's UEs (the DCs' max_{n,b} dD_nb in
 eq:delayAtDCdataCollect is the max of these B values: the same max, but each DC's epigraph
 has B rows instead of one per UE-BS link, and a BS hosts the rows over its own UEs);
 z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
@@ -38,11 +39,12 @@ dense Hessian block over the nonlinear variables of each function, so the DC del
 N*B offloading shares gave a Lagrangian Hessian with 5 million entries on 100 UEs / 20 BSs /
 10 DCs; lifted, each nonlinear function has a handful of variables.
 
-The block form (copies=True) keeps P's variables as SPEC §4 lists them; its named sums (`m._lifts`:
-the data volumes D_b, each DC's D_b copies and D_s, gbar, the step row's sum `dc[0].gsum`,
-vartheta and the general bound's noise and local sums) are lifted *inside* the decentralised
-solver's per-node derivative providers instead (`solvers.sca.NodeProvider`, chain rule), so P, its
-rows and its consensus structure are the same with or without them.
+The block form (copies=True) keeps P's variables as docs/formulation.md "2. Variables" lists
+them; its named sums (`m._lifts`: the data volumes D_b, each DC's D_b copies and D_s, gbar,
+the step row's sum `dc[0].gsum`, vartheta and the general bound's noise and local sums) are
+lifted *inside* the decentralised solver's per-node derivative providers instead
+(`solvers.node_structure.NodeProvider`, chain rule), so P, its rows and its consensus
+structure are the same with or without them.
 """
 from __future__ import annotations
 
@@ -546,7 +548,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
 def _lift_candidates(m) -> list:
     """Block form: the named sums that the per-node derivative providers treat as internal
-    variables (`solvers.sca.NodeProvider`; P itself is unchanged): the data volumes (BS D_b, a
+    variables (`solvers.node_structure.NodeProvider`; P itself is unchanged): the data volumes (BS D_b, a
     DC's D_b copies and D_s) and the bound's aggregates (gbar, the step row's sum, vartheta,
     the general bound's noise and local sums). Each is a sum of small terms, but a nonlinear
     function of it (sqrt(gbar), gamma m D_s / z) gets a dense Hessian block over all its
@@ -608,8 +610,8 @@ def _dpu_epigraphs(m, blk, bound: str) -> None:
 
 
 def _weighted_gammas(m, inst: Instance, f=lambda g: g):
-    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (SPEC §3: the bound counts training
-    that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
+    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (docs/formulation.md "Resolutions in the
+    ML term": the bound counts training that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
 
     Block form: the data volumes are read over dc[0]'s copies (dc[0] hosts the step-size row,
     which uses the same sum); what dc[0] does not hold (rho_bs[:, s] for s != 0) from its owner
@@ -644,14 +646,15 @@ def _a1(inst: Instance, g):
 
 def _bound_vartheta(m, inst: Instance):
     """vartheta of the bound (`system.bound_vartheta`): the instance's number, or the round
-    average of tau_eff = sum_i p_i ||a_i||_1 (SPEC §3: one vartheta for bound and trainer)."""
+    average of tau_eff = sum_i p_i ||a_i||_1 (docs/formulation.md "Resolutions in the ML term": one vartheta for bound and trainer)."""
     if inst.vartheta_mode == "constant":
         return float(inst.vartheta)
     return _weighted_gammas(m, inst, lambda g: _a1(inst, g)) / inst.T
 
 
 def _step_row(m, inst: Instance) -> None:
-    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3),
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T))
+    (`Thm: ML convergence main`; docs/formulation.md "Resolutions in the ML term"),
     4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T, divided by d T; a coupling row hosted by
     dc[0], which owns g_max (`system.step_condition` is its numpy twin)."""
     T, d = inst.T, inst.I
@@ -666,7 +669,7 @@ def _step_row(m, inst: Instance) -> None:
 
 def _ml_expression(m, inst: Instance, bound: str):
     """Objective term (a): eq:convSpecial (tau term before condition (v); gbar weighted by data,
-    vartheta per vartheta_mode: SPEC §3 audit resolutions) or eq:GenConvBound."""
+    vartheta per vartheta_mode: docs/formulation.md "Resolutions in the ML term") or eq:GenConvBound."""
     T, d = inst.T, inst.I
     own = m.dc[0]
     drift = sum(m.tau[t] * float(inst.Delta[t].sum()) for t in m.T)
