@@ -1,5 +1,5 @@
 """Problem P (paper §IV, `eqn: optimization objective text`) as a Pyomo model with one block per
-network element (SPEC §4).
+network element (docs/formulation.md "7. Decomposition into node blocks").
 
 Layout of the model returned by `build_problem`:
 
@@ -15,8 +15,9 @@ Layout of the model returned by `build_problem`:
 * `m.consensus`: equalities G(w) = 0, copy = owner's copy (paper `eqn: local copy 1`-`2`).
 * `m.ml_term`, `m.delay_term`, `m.energy_term`, `m.obj`: objective of P.
 
-Ownership (SPEC §4 table): rho_nb, I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs
-on `bs[b]`, and `bs[b].eNBb`, the max of dD_nb over b's UEs (the DCs' max_{n,b} dD_nb in
+Ownership (the table of docs/formulation.md "7. Decomposition into node blocks"): rho_nb,
+I_nb, I_bn, f, m, gamma of UE n live on `ue[n]`; rho_bs, R_bs on `bs[b]`, and `bs[b].eNBb`,
+the max of dD_nb over b's UEs (the DCs' max_{n,b} dD_nb in
 eq:delayAtDCdataCollect is the max of these B values: the same max, but each DC's epigraph
 has B rows instead of one per UE-BS link, and a BS hosts the rows over its own UEs);
 z, gamma, m of DC s on `dc[s]`; the global shared variables I_s, dA, dR and the
@@ -38,16 +39,18 @@ dense Hessian block over the nonlinear variables of each function, so the DC del
 N*B offloading shares gave a Lagrangian Hessian with 5 million entries on 100 UEs / 20 BSs /
 10 DCs; lifted, each nonlinear function has a handful of variables.
 
-The block form (copies=True) keeps P's variables as SPEC §4 lists them; its named sums (`m._lifts`:
-the data volumes D_b, each DC's D_b copies and D_s, gbar, the step row's sum `dc[0].gsum`,
-vartheta and the general bound's noise and local sums) are lifted *inside* the decentralised
-solver's per-node derivative providers instead (`solvers.sca.NodeProvider`, chain rule), so P, its
-rows and its consensus structure are the same with or without them.
+The block form (copies=True) keeps P's variables as docs/formulation.md "2. Variables" lists
+them; its named sums (`m._lifts`: the data volumes D_b, each DC's D_b copies and D_s, gbar,
+the step row's sum `dc[0].gsum`, vartheta and the general bound's noise and local sums) are
+lifted *inside* the decentralised solver's per-node derivative providers instead
+(`solvers.node_structure.NodeProvider`, chain rule), so P, its rows and its consensus
+structure are the same with or without them.
 """
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -79,24 +82,45 @@ def _globals_for(bound: str) -> tuple[str, ...]:
     return ("m_min", "g_max") if bound == "corollary" else ("h_max",)
 
 
-def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "corollary",
-                  weights: dict[str, float] | None = None,
-                  fixed: Sequence[RoundDecision] | Solution | None = None,
-                  copies: bool = True, delay_cap: float | None = None) -> pyo.ConcreteModel:
-    """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
+@dataclass
+class _Build:
+    """What the rule builders of `build_problem` share: the model, its options, the UE-BS
+    links and the instance's constants in internal units (seconds, Gbit, GHz)."""
+    m: Any
+    inst: Instance
+    bound: str
+    binaries: str
+    copies: bool
+    delay_cap: float | None
+    Lu: list                 # UE n's BSs (Instance.links)
+    Lb: list                 # BS b's UEs
+    pairs: list              # present (n, b) links, UE-major
+    idom: Any                # domain of the indicators
+    i0: Any                  # initial value of an indicator over k choices
+    gcap: float              # upper bound of gamma
+    bD: float                # beta_D, beta_M in Gbit
+    bM: float
+    Dbar: np.ndarray         # [T,N] samples
+    dD_coef: np.ndarray      # s per unit rho_nb [T,N,B]
+    dM_nb: np.ndarray        # [T,N,B]
+    dM_bn: np.ndarray        # [T,B,N]
+    dM_ss: np.ndarray        # [T,S,S], zero diagonal
+    dM_sb: np.ndarray        # [T,S,B]
+    kP: np.ndarray           # s*GHz per sample
+    kE: np.ndarray           # J per sample per GHz^2
+    xi3: Any                 # the energy weights per part
+    R0: np.ndarray           # initial R_bs, Gbit/s
+    mglob: dict              # bounds of the bound's global variables
 
-    binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
-    con1add-con11add), "binary" (I binary, for SCIP), or "fixed" (I fixed to `fixed`'s
-    aggregator and associations, a continuous NLP for Ipopt).
-    bound: "corollary" (eq:convSpecial, tau term kept) or "general" (eq:GenConvBound).
-    weights: overrides of xi1, xi2, xi3 (the instance's by default).
-    copies: True (SPEC §4: each node holds its own copies, tied by `m.consensus`); False makes
-    every copy a Pyomo Reference to the owner's variable (same equations, no consensus block,
-    no duplicated simplices): the compact form for the centralised solvers.
-    delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
-    J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
-    """
-    inst = validated(inst)
+    @property
+    def own(self):
+        """dc[0]: the owner of the global shared variables."""
+        return self.m.dc[0]
+
+
+def _checked_weights(inst: Instance, binaries: str, bound: str, fixed,
+                     weights: dict[str, float] | None) -> dict[str, float]:
+    """The options of `build_problem` checked; xi1, xi2, xi3 with the overrides applied."""
     if binaries not in BINARY_MODES:
         raise ValueError(f"option 'binaries' is {binaries!r}: expected one of {BINARY_MODES}")
     if bound not in BOUND_FORMS:
@@ -108,7 +132,12 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
         if k not in w:
             raise ValueError(f"unknown weight {k!r}: expected xi1, xi2 or xi3")
         w[k] = float(v)
+    return w
 
+
+def _new_model(inst: Instance, *, binaries: str, bound: str, w: dict[str, float],
+               copies: bool, delay_cap: float | None) -> _Build:
+    """The empty model with its index sets and the constants of the rules."""
     T, N, B, S = inst.T, inst.N, inst.B, inst.S
     m = pyo.ConcreteModel(name=f"CE-FL P ({inst.name})")
     m.T, m.N, m.B, m.S = (pyo.RangeSet(0, k - 1) for k in (T, N, B, S))
@@ -120,12 +149,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     pairs = inst.link_pairs()                                  # (n, b), UE-major
     pairs_bn = sorted((b, n) for n, b in pairs)                # (b, n), BS-major
     m._links = (Lu, Lb, pairs, pairs_bn)
-    idom = pyo.Binary if binaries == "binary" else pyo.UnitInterval
-    i0 = (lambda k: 0.0) if binaries == "binary" else (lambda k: 1.0 / k)  # binaries start at 0
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
-
-    # constants in internal units (seconds, Gbit, GHz)
-    bD, bM = inst.beta_D / GBIT, inst.beta_M / GBIT            # Gbit
     Dbar = inst.Dbar
     with np.errstate(divide="ignore"):  # absent links (rate 0) are never read
         dD_coef = inst.beta_D * Dbar[:, :, None] / inst.R_nb   # s per unit rho_nb   [T,N,B]
@@ -134,262 +158,388 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     dM_ss = inst.beta_M / inst.R_ss
     for t in range(T):
         np.fill_diagonal(dM_ss[t], 0.0)
-    dM_sb = inst.beta_M / inst.R_sb                            # [T,S,B]
-    kP = inst.c / GHZ                                          # s*GHz per sample
-    kE = inst.c * inst.alpha / 2.0 * GHZ ** 2                  # J per sample per GHz^2
-    xi3 = inst.xi3_parts
-    R0 = full_rates(inst) / GBIT
-    mglob = {"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
-             "h_max": (0.0, None)}
+    return _Build(
+        m=m, inst=inst, bound=bound, binaries=binaries, copies=copies, delay_cap=delay_cap,
+        Lu=Lu, Lb=Lb, pairs=pairs,
+        idom=pyo.Binary if binaries == "binary" else pyo.UnitInterval,
+        i0=(lambda k: 0.0) if binaries == "binary" else (lambda k: 1.0 / k),  # binaries at 0
+        gcap=gcap, bD=inst.beta_D / GBIT, bM=inst.beta_M / GBIT, Dbar=Dbar, dD_coef=dD_coef,
+        dM_nb=dM_nb, dM_bn=dM_bn, dM_ss=dM_ss, dM_sb=inst.beta_M / inst.R_sb,
+        kP=inst.c / GHZ, kE=inst.c * inst.alpha / 2.0 * GHZ ** 2, xi3=inst.xi3_parts,
+        R0=full_rates(inst) / GBIT,
+        mglob={"m_min": (inst.m_floor, 1.0), "g_max": (inst.gamma_min, gcap),
+               "h_max": (0.0, None)})
 
-    # ------------------------------------------------------------------ UE blocks
-    # ------------------------------------------------------------------ variables
-    m.bs = pyo.Block(m.B)
-    m.ue = pyo.Block(m.N)
-    m.dc = pyo.Block(m.S)
-    own = m.dc[0]
-    for n in m.N:  # owned by UE n
+
+# ---------------------------------------------------------------------- variables (owners)
+def _ue_variables(c: _Build) -> None:
+    """UE n owns f, m, gamma, rho_nb[n, :], I_nb[n, :] and I_bn[:, n] (docs/formulation.md
+    "7. Decomposition into node blocks")."""
+    m, inst, Lu = c.m, c.inst, c.Lu
+    for n in m.N:
         blk = m.ue[n]
         blk.f = pyo.Var(m.T, bounds=(inst.f_min[n] / GHZ, inst.f_max[n] / GHZ),
                         initialize=inst.f_max[n] / GHZ)
         blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
-        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
+        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, c.gcap), initialize=inst.gamma_min)
         blk.rho = pyo.Var(m.T, Lu[n], bounds=(0.0, 1.0), initialize=0.0)       # rho_nb[n, :]
-        blk.Inb = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))
-        blk.Ibn = pyo.Var(m.T, Lu[n], domain=idom, initialize=i0(len(Lu[n])))  # I_bn[:, n]
-    for b in m.B:  # owned by BS b
+        blk.Inb = pyo.Var(m.T, Lu[n], domain=c.idom, initialize=c.i0(len(Lu[n])))
+        blk.Ibn = pyo.Var(m.T, Lu[n], domain=c.idom, initialize=c.i0(len(Lu[n])))  # I_bn[:, n]
+
+
+def _bs_variables(c: _Build) -> None:
+    """BS b owns rho_bs, R_bs, delta^B_b and its max of dD_nb over its UEs."""
+    m, inst, R0, delay_cap = c.m, c.inst, c.R0, c.delay_cap
+    for b in m.B:
         blk = m.bs[b]
-        blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / S)
+        blk.rho_bs = pyo.Var(m.T, m.S, bounds=(0.0, 1.0), initialize=1.0 / inst.S)
         blk.R = pyo.Var(m.T, m.S, bounds=lambda v, t, s, b=b: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
                         initialize=lambda v, t, s, b=b: R0[b, s])               # Gbit/s
         blk.dB = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)          # local epigraph
         blk.eNBb = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)        # max_n dD_nb at b
-    for s in m.S:  # owned by DC s; DC 0 also owns the global shared variables
+
+
+def _dc_variables(c: _Build) -> None:
+    """DC s owns z, gamma, m and the epigraphs of delta^D_s; DC 0 also the global shared
+    variables I_s, dA, dR and the bound's globals (m_min, g_max or h_max)."""
+    m, inst, delay_cap, own = c.m, c.inst, c.delay_cap, c.own
+    for s in m.S:
         blk = m.dc[s]
         blk.z = pyo.Var(m.T, bounds=(inst.z_floor, 1.0), initialize=1.0)        # z / C
-        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, gcap), initialize=inst.gamma_min)
+        blk.gamma = pyo.Var(m.T, bounds=(inst.gamma_min, c.gcap), initialize=inst.gamma_min)
         blk.m = pyo.Var(m.T, bounds=(inst.m_floor, 1.0), initialize=0.5)
         blk.eBS = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)         # max_b dD_bs
-        if copies or s == 0:  # compact form: max_{n,b} dD_nb is the same for every DC
+        if c.copies or s == 0:  # compact form: max_{n,b} dD_nb is the same for every DC
             blk.eNB = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=0.0)     # max_nb dD_nb
         else:
             blk.eNB = pyo.Reference(own.eNB)
-    own.Is = pyo.Var(m.T, m.S, domain=idom, initialize=i0(S))
+    own.Is = pyo.Var(m.T, m.S, domain=c.idom, initialize=c.i0(inst.S))
     own.dA = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)
     own.dR = pyo.Var(m.T, bounds=(0.0, delay_cap), initialize=1.0)
     for g in m._globals:
-        lo, hi = mglob[g]
+        lo, hi = c.mglob[g]
         setattr(own, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
 
-    def copy(blk, name: str, index: tuple, target, **var_kw) -> None:
-        """A node's copy of a shared variable: its own Var, or a Reference to the owner's."""
-        if copies:
-            setattr(blk, name, pyo.Var(*index, **var_kw))
+
+# ---------------------------------------------------------------------- copies
+def _copy(c: _Build, blk, name: str, index: tuple, target, **var_kw) -> None:
+    """A node's copy of a shared variable: its own Var, or a Reference to the owner's."""
+    if c.copies:
+        setattr(blk, name, pyo.Var(*index, **var_kw))
+    else:
+        keys = [sum(((x,) if not isinstance(x, tuple) else x for x in k), ())
+                for k in itertools.product(*(list(ix) for ix in index))]
+        setattr(blk, name, pyo.Reference({k if len(k) > 1 else k[0]: target(*k) for k in keys}))
+
+
+def _copy_globals(c: _Build, blk) -> None:
+    """A node's copies of the bound's global variables (`blk._g`: name -> variable)."""
+    blk._g = {}
+    for g in c.m._globals:
+        if c.copies:
+            lo, hi = c.mglob[g]
+            setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
+            blk._g[g] = getattr(blk, g)
         else:
-            keys = [sum(((x,) if not isinstance(x, tuple) else x for x in k), ())
-                    for k in itertools.product(*(list(ix) for ix in index))]
-            setattr(blk, name, pyo.Reference({k if len(k) > 1 else k[0]: target(*k) for k in keys}))
+            blk._g[g] = getattr(c.own, g)
 
-    def copy_globals(blk) -> None:
-        blk._g = {}
-        for g in m._globals:
-            if copies:
-                lo, hi = mglob[g]
-                setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
-                blk._g[g] = getattr(blk, g)
-            else:
-                blk._g[g] = getattr(own, g)
 
-    shared = {"domain": idom, "initialize": i0(S)}
+def _ue_copies(c: _Build) -> None:
+    """UE n's copies: I_s, dA and the bound's globals."""
+    m, own = c.m, c.own
+    shared = {"domain": c.idom, "initialize": c.i0(c.inst.S)}
     for n in m.N:
         blk = m.ue[n]
-        copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
-        copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
-        copy_globals(blk)
+        _copy(c, blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
+        _copy(c, blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+        _copy_globals(c, blk)
+
+
+def _bs_copies(c: _Build) -> None:
+    """BS b's copies: rho_nb and I_bn of its UEs, I_s, dA, dR."""
+    m, own, Lu, Lb, i0 = c.m, c.own, c.Lu, c.Lb, c.i0
+    shared = {"domain": c.idom, "initialize": i0(c.inst.S)}
     for b in m.B:
         blk = m.bs[b]
-        copy(blk, "rho_nb", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
-        copy(blk, "Ibn", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=idom,
-             initialize=lambda v, t, n: i0(len(Lu[n])))
-        copy(blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
-        copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
-        copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
+        _copy(c, blk, "rho_nb", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        _copy(c, blk, "Ibn", (m.T, Lb[b]), lambda t, n, b=b: m.ue[n].Ibn[t, b], domain=c.idom,
+              initialize=lambda v, t, n: i0(len(Lu[n])))
+        _copy(c, blk, "Is", (m.T, m.S), lambda t, s: own.Is[t, s], **shared)
+        _copy(c, blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+        _copy(c, blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
+
+
+def _dc_copies(c: _Build) -> None:
+    """DC s's copies: every rho_nb, its rho_bs and R_bs, the BSs' maxima, and (s != 0) I_s,
+    dA, dR and the bound's globals."""
+    m, own, inst, R0 = c.m, c.own, c.inst, c.R0
+    shared = {"domain": c.idom, "initialize": c.i0(inst.S)}
     for s in m.S:
         blk = m.dc[s]
-        copy(blk, "rho_nb", (m.T, pairs), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
-        copy(blk, "rho_bs", (m.T, m.B), lambda t, b, s=s: m.bs[b].rho_bs[t, s], bounds=(0.0, 1.0),
-             initialize=1.0 / S)
-        copy(blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
-             bounds=lambda v, t, b, s=s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
-             initialize=lambda v, t, b, s=s: R0[b, s])
-        copy(blk, "eNBb", (m.T, m.B), lambda t, b: m.bs[b].eNBb[t], bounds=(0.0, None),
-             initialize=0.0)
+        _copy(c, blk, "rho_nb", (m.T, c.pairs), lambda t, n, b: m.ue[n].rho[t, b], bounds=(0.0, 1.0), initialize=0.0)
+        _copy(c, blk, "rho_bs", (m.T, m.B), lambda t, b, s=s: m.bs[b].rho_bs[t, s], bounds=(0.0, 1.0),
+              initialize=1.0 / inst.S)
+        _copy(c, blk, "R", (m.T, m.B), lambda t, b, s=s: m.bs[b].R[t, s],
+              bounds=lambda v, t, b, s=s: (inst.R_floor / GBIT, inst.Rmax_bs[b, s] / GBIT),
+              initialize=lambda v, t, b, s=s: R0[b, s])
+        _copy(c, blk, "eNBb", (m.T, m.B), lambda t, b: m.bs[b].eNBb[t], bounds=(0.0, None),
+              initialize=0.0)
         if s != 0:
-            copy(blk, "Is", (m.T, m.S), lambda t, k: own.Is[t, k], **shared)
-            copy(blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
-            copy(blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
-            copy_globals(blk)
+            _copy(c, blk, "Is", (m.T, m.S), lambda t, k: own.Is[t, k], **shared)
+            _copy(c, blk, "dA", (m.T,), lambda t: own.dA[t], bounds=(0.0, None), initialize=1.0)
+            _copy(c, blk, "dR", (m.T,), lambda t: own.dR[t], bounds=(0.0, None), initialize=1.0)
+            _copy_globals(c, blk)
         else:
             blk._g = {g: getattr(own, g) for g in m._globals}
 
-    def lift_volume(blk, volume) -> None:
-        """Compact form: the node's data volume D[t] = volume(t) as a variable (thousands of
-        samples) defined by an equality in `blk.lift` (module docstring)."""
-        blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS), initialize=0.0)
-        blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c, t: KS * blk.Dv[t] - volume(t) == 0)
-        blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
 
-    # ------------------------------------------------------------------ UE equations
-    def ue_rule(blk, n):
-        blk.convex = pyo.Block()
-        blk.coupling = pyo.Block()
-        if copies:
-            blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) <= 1)
-        else:  # compact form: the kept share as a [0,1] slack, so bounds alone give D_n >= 0
-            blk.keep = pyo.Var(m.T, bounds=(0.0, 1.0), initialize=1.0)
-            blk.convex.rho_sum = pyo.Constraint(
-                m.T, rule=lambda c, t: sum(blk.rho[t, b] for b in Lu[n]) + blk.keep[t] == 1)
-        blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Inb[t, b] for b in Lu[n]) == 1)
-        blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Ibn[t, b] for b in Lu[n]) == 1)
-        if copies:
-            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
+def _lift_volume(c: _Build, blk, volume) -> None:
+    """Compact form: the node's data volume D[t] = volume(t) as a variable (thousands of
+    samples) defined by an equality in `blk.lift` (module docstring)."""
+    m, Dbar = c.m, c.Dbar
+    blk.Dv = pyo.Var(m.T, bounds=lambda v, t: (0.0, float(Dbar[t].sum()) / KS), initialize=0.0)
+    blk.lift.D_def = pyo.Constraint(m.T, rule=lambda c_, t: KS * blk.Dv[t] - volume(t) == 0)
+    blk.D = pyo.Expression(m.T, rule=lambda e, t: KS * blk.Dv[t])
 
-        if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in Lu[n])) * Dbar[t, n])
-        else:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: blk.keep[t] * Dbar[t, n])
-        blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
-        blk.EP = pyo.Expression(m.T, rule=lambda e, t: kE[n] * blk.gamma[t] * blk.m[t] * blk.D[t] * blk.f[t] ** 2)
 
-        def dM_bs(t, b, s):  # beta_M / R_bs, R_bs read from bs[b] (lifted in the compact form)
-            return bM / m.bs[b].R[t, s] if copies else m.bs[b].gpath[t, s]
+# ---------------------------------------------------------------------- UE n
+def _ue_convex(c: _Build, blk, n: int) -> None:
+    """UE n's convex set: sum_b rho_nb <= 1 and the simplices of its indicators (and, block
+    form, of its I_s copy)."""
+    m, Lu = c.m, c.Lu
+    blk.convex = pyo.Block()
+    blk.coupling = pyo.Block()
+    if c.copies:
+        blk.convex.rho_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.rho[t, b] for b in Lu[n]) <= 1)
+    else:  # compact form: the kept share as a [0,1] slack, so bounds alone give D_n >= 0
+        blk.keep = pyo.Var(m.T, bounds=(0.0, 1.0), initialize=1.0)
+        blk.convex.rho_sum = pyo.Constraint(
+            m.T, rule=lambda c_, t: sum(blk.rho[t, b] for b in Lu[n]) + blk.keep[t] == 1)
+    blk.convex.Inb_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Inb[t, b] for b in Lu[n]) == 1)
+    blk.convex.Ibn_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Ibn[t, b] for b in Lu[n]) == 1)
+    if c.copies:
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Is[t, s] for s in m.S) == 1)
 
-        def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator
-            return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
-                    + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in Lu[n] for s in m.S))
-        blk.dA_n = pyo.Expression(m.T, rule=dA_n)
 
-        def EA_n(e, t):
-            return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
-                    + sum(dM_bs(t, b, s) * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
-                          for b in Lu[n] for s in m.S))
-        blk.EA_n = pyo.Expression(m.T, rule=EA_n)
-        blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
-            dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in Lu[n]))
-
-        blk.coupling.delay = pyo.Constraint(  # delay_agg_UE_mainpaper
-            m.T, rule=lambda c, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
-        _dpu_epigraphs(m, blk, bound)
-        if binaries == "relaxed":
-            fb = blk.coupling.forcing = pyo.Block()
-            fb.force_Inb = pyo.Constraint(  # con12add
-                m.T, rule=lambda c, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in Lu[n]) <= 0)
-            fb.force_Ibn = pyo.Constraint(  # con11add
-                m.T, rule=lambda c, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in Lu[n]) <= 0)
-        blk.cost = pyo.Expression(expr=sum(
-            xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
-
-    # ------------------------------------------------------------------ BS blocks
-    def bs_rule(blk, b):
-        blk.convex = pyo.Block()
-        blk.coupling = pyo.Block()
-        blk.convex.rho_bs_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.rho_bs[t, s] for s in m.S) == 1)
-        if copies:
-            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, s] for s in m.S) == 1)
-
-        if copies:
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
-        else:  # compact form: lifted data volume and gradient-path delays (module docstring)
-            blk.lift = pyo.Block()
-            lift_volume(blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
-            blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
-                bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
-                initialize=lambda v, t, s: bM / R0[b, s])
-            blk.lift.gpath_epi = pyo.Constraint(  # beta_M / R_bs <= gpath (convex in R)
-                m.T, m.S, rule=lambda c, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
-        blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
-        blk.coupling.eNB_epi = pyo.Constraint(  # max_n dD_nb over b's UEs (eq:delayAtDCdataCollect)
-            m.T, Lb[b], rule=lambda c, t, n: dD_coef[t, n, b] * blk.rho_nb[t, n] - blk.eNBb[t] <= 0)
-        blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
-            m.T, Lb[b], rule=lambda c, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
-        blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
-            m.T, rule=lambda c, t: sum(dM_sb[t, s, b] * blk.Is[t, s] for s in m.S) + blk.dB[t] - blk.dR[t] <= 0)
-        blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(blk.dD_bs[t, s] * inst.P_bs[b, s] for s in m.S))
-        blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_sb[t, s, b] * inst.P_sb[s, b] * blk.Is[t, s]
-                                                            for s in m.S) + blk.dB[t] * inst.P_b[t, b])
-        blk.cost = pyo.Expression(expr=sum(xi3[1] * blk.ED[t] + xi3[5] * blk.ER[t] for t in m.T))
-
-    # ------------------------------------------------------------------ DC blocks
-    def dc_rule(blk, s):
-        blk.convex = pyo.Block()
-        blk.coupling = pyo.Block()
-        if copies or s == 0:
-            blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c, t: sum(blk.Is[t, k] for k in m.S) == 1)
-        if copies:
-            blk.convex.rho_nb_sum = pyo.Constraint(
-                m.T, m.N, rule=lambda c, t, n: sum(blk.rho_nb[t, n, b] for b in Lu[n]) <= 1)
-        blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
-            m.T, rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
-
-        if copies:
-            blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(
-                blk.rho_nb[t, n, b] * Dbar[t, n] for n in Lb[b]))
-            blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
-        else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
-            blk.lift = pyo.Block()
-            blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: m.bs[b].D[t])
-            lift_volume(blk, lambda t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
-        blk.dP = pyo.Expression(m.T, rule=lambda e, t: blk.gamma[t] * blk.m[t] * blk.D[t]
-                                / (inst.M[s] * inst.C[s] * blk.z[t]))
-        blk.EP = pyo.Expression(m.T, rule=lambda e, t: blk.dP[t] * inst.Pbar[s] * inst.M[s]
-                                * (inst.rho_idle * blk.z[t] ** 2 + 1 - inst.rho_idle))
-        blk.dA_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * blk.Is[t, k] for k in m.S))
-        blk.dR_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * blk.Is[t, k] for k in m.S))
-        blk.EA = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * inst.P_ss[s, k] * blk.Is[t, k]
-                                                            for k in m.S))
-        blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * inst.P_ss[k, s] * blk.Is[t, k]
-                                                            for k in m.S))
-        blk.coupling.eBS_epi = pyo.Constraint(  # max_b in eq:delayAtDCdataCollect
-            m.T, m.B, rule=lambda c, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
-        if copies or s == 0:  # max_{n,b} dD_nb = max_b (BS b's max over its UEs)
-            blk.coupling.eNB_epi = pyo.Constraint(
-                m.T, m.B, rule=lambda c, t, b: blk.eNBb[t, b] - blk.eNB[t] <= 0)
-        blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
-            m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
-        blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (SPEC: delta^R_s, not delta^B_s)
-            m.T, rule=lambda c, t: blk.dR_s[t] - blk.dR[t] <= 0)
-        _dpu_epigraphs(m, blk, bound)
-        if binaries == "relaxed" and s == 0:
-            blk.coupling.forcing = pyo.Block()
-            blk.coupling.forcing.force_Is = pyo.Constraint(  # con1add
-                m.T, rule=lambda c, t: sum(blk.Is[t, k] * (1 - blk.Is[t, k]) for k in m.S) <= 0)
-        blk.cost = pyo.Expression(expr=sum(
-            xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
-
-    for b in m.B:
-        bs_rule(m.bs[b], b)
-    for n in m.N:
-        ue_rule(m.ue[n], n)
-    for s in m.S:
-        dc_rule(m.dc[s], s)
-
-    # ------------------------------------------------------------------ consensus G(w) = 0
-    m.consensus = pyo.Block()
+def _ue_terms(c: _Build, blk, n: int) -> None:
+    """UE n's data volume, local training delay and energy, delta^A_n and its energy, and the
+    energy of its offloading (paper §II-E, docs/formulation.md "4. Delays and energies")."""
+    m, inst, Lu, Dbar, kP, kE = c.m, c.inst, c.Lu, c.Dbar, c.kP, c.kE
+    dM_nb, bM, copies = c.dM_nb, c.bM, c.copies
     if copies:
-        _consensus(m)
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: (1 - sum(blk.rho[t, b] for b in Lu[n])) * Dbar[t, n])
+    else:
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: blk.keep[t] * Dbar[t, n])
+    blk.dP = pyo.Expression(m.T, rule=lambda e, t: kP[n] * blk.gamma[t] * blk.m[t] * blk.D[t] / blk.f[t])
+    blk.EP = pyo.Expression(m.T, rule=lambda e, t: kE[n] * blk.gamma[t] * blk.m[t] * blk.D[t] * blk.f[t] ** 2)
 
-    # ------------------------------------------------------------------ objective of P
+    def dM_bs(t, b, s):  # beta_M / R_bs, R_bs read from bs[b] (lifted in the compact form)
+        return bM / m.bs[b].R[t, s] if copies else m.bs[b].gpath[t, s]
+
+    def dA_n(e, t):  # delta^A_n: gradient to BS, then BS -> aggregator
+        return (sum(dM_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
+                + sum(dM_bs(t, b, s) * blk.Is[t, s] * blk.Inb[t, b] for b in Lu[n] for s in m.S))
+    blk.dA_n = pyo.Expression(m.T, rule=dA_n)
+
+    def EA_n(e, t):
+        return (sum(dM_nb[t, n, b] * inst.P_nb[t, n, b] * blk.Inb[t, b] for b in Lu[n])
+                + sum(dM_bs(t, b, s) * inst.P_bs[b, s] * blk.Is[t, s] * blk.Inb[t, b]
+                      for b in Lu[n] for s in m.S))
+    blk.EA_n = pyo.Expression(m.T, rule=EA_n)
+    blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(
+        c.dD_coef[t, n, b] * inst.P_nb[t, n, b] * blk.rho[t, b] for b in Lu[n]))
+
+
+def _ue_rows(c: _Build, blk, n: int) -> None:
+    """UE n's coupling rows: its delay row (`delay_agg_UE_mainpaper`), the bound's DPU
+    epigraphs and (relaxed) the forcing rows of its indicators (`con11add`, `con12add`);
+    then its cost."""
+    m, Lu, xi3 = c.m, c.Lu, c.xi3
+    blk.coupling.delay = pyo.Constraint(  # delay_agg_UE_mainpaper
+        m.T, rule=lambda c_, t: blk.dA_n[t] + blk.dP[t] - blk.dA[t] <= 0)
+    _dpu_epigraphs(m, blk, c.bound)
+    if c.binaries == "relaxed":
+        fb = blk.coupling.forcing = pyo.Block()
+        fb.force_Inb = pyo.Constraint(  # con12add
+            m.T, rule=lambda c_, t: sum(blk.Inb[t, b] * (1 - blk.Inb[t, b]) for b in Lu[n]) <= 0)
+        fb.force_Ibn = pyo.Constraint(  # con11add
+            m.T, rule=lambda c_, t: sum(blk.Ibn[t, b] * (1 - blk.Ibn[t, b]) for b in Lu[n]) <= 0)
+    blk.cost = pyo.Expression(expr=sum(
+        xi3[0] * blk.ED[t] + xi3[2] * blk.EP[t] + xi3[4] * blk.EA_n[t] for t in m.T))
+
+
+# ---------------------------------------------------------------------- BS b
+def _bs_convex(c: _Build, blk, b: int) -> None:
+    """BS b's convex set: the simplex of rho_bs (and, block form, of its I_s copy)."""
+    m = c.m
+    blk.convex = pyo.Block()
+    blk.coupling = pyo.Block()
+    blk.convex.rho_bs_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.rho_bs[t, s] for s in m.S) == 1)
+    if c.copies:
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Is[t, s] for s in m.S) == 1)
+
+
+def _bs_volume(c: _Build, blk, b: int) -> None:
+    """BS b's data volume D_b (compact form: lifted, with the gradient-path delays
+    beta_M / R_bs as epigraph variables; module docstring)."""
+    m, inst, Lb, Dbar, bM, R0 = c.m, c.inst, c.Lb, c.Dbar, c.bM, c.R0
+    if c.copies:
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
+        return
+    blk.lift = pyo.Block()
+    _lift_volume(c, blk, lambda t: sum(blk.rho_nb[t, n] * Dbar[t, n] for n in Lb[b]))
+    blk.gpath = pyo.Var(m.T, m.S, bounds=lambda v, t, s: (
+        bM / (inst.Rmax_bs[b, s] / GBIT), bM / (inst.R_floor / GBIT)),
+        initialize=lambda v, t, s: bM / R0[b, s])
+    blk.lift.gpath_epi = pyo.Constraint(  # beta_M / R_bs <= gpath (convex in R)
+        m.T, m.S, rule=lambda c_, t, s: bM / blk.R[t, s] - blk.gpath[t, s] <= 0)
+
+
+def _bs_rows(c: _Build, blk, b: int) -> None:
+    """BS b's offloading delays dD_bs, its coupling rows (the max of dD_nb over its UEs for
+    `eq:delayAtDCdataCollect`, delta^B_b's epigraph, `delay_BS_Reception_mainpaper`) and
+    its cost."""
+    m, inst, Lb, dM_sb, xi3 = c.m, c.inst, c.Lb, c.dM_sb, c.xi3
+    dD_coef, dM_bn, bD = c.dD_coef, c.dM_bn, c.bD
+    blk.dD_bs = pyo.Expression(m.T, m.S, rule=lambda e, t, s: bD * blk.D[t] * blk.rho_bs[t, s] / blk.R[t, s])
+    blk.coupling.eNB_epi = pyo.Constraint(  # max_n dD_nb over b's UEs (eq:delayAtDCdataCollect)
+        m.T, Lb[b], rule=lambda c_, t, n: dD_coef[t, n, b] * blk.rho_nb[t, n] - blk.eNBb[t] <= 0)
+    blk.coupling.dB_epi = pyo.Constraint(  # delta^B_b = max_n dM_bn I_bn
+        m.T, Lb[b], rule=lambda c_, t, n: dM_bn[t, b, n] * blk.Ibn[t, n] - blk.dB[t] <= 0)
+    blk.coupling.recv = pyo.Constraint(  # delay_BS_Reception_mainpaper
+        m.T, rule=lambda c_, t: sum(dM_sb[t, s, b] * blk.Is[t, s] for s in m.S) + blk.dB[t] - blk.dR[t] <= 0)
+    blk.ED = pyo.Expression(m.T, rule=lambda e, t: sum(blk.dD_bs[t, s] * inst.P_bs[b, s] for s in m.S))
+    blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_sb[t, s, b] * inst.P_sb[s, b] * blk.Is[t, s]
+                                                        for s in m.S) + blk.dB[t] * inst.P_b[t, b])
+    blk.cost = pyo.Expression(expr=sum(xi3[1] * blk.ED[t] + xi3[5] * blk.ER[t] for t in m.T))
+
+
+# ---------------------------------------------------------------------- DC s
+def _dc_convex(c: _Build, blk, s: int) -> None:
+    """DC s's convex set: the I_s simplex (block form: every DC's copy; compact: DC 0's),
+    (block form) sum_b rho_nb <= 1 over its copies, and the ingress knapsack
+    (`eqn: Server_capacity`)."""
+    m, inst, Lu = c.m, c.inst, c.Lu
+    blk.convex = pyo.Block()
+    blk.coupling = pyo.Block()
+    if c.copies or s == 0:
+        blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Is[t, k] for k in m.S) == 1)
+    if c.copies:
+        blk.convex.rho_nb_sum = pyo.Constraint(
+            m.T, m.N, rule=lambda c_, t, n: sum(blk.rho_nb[t, n, b] for b in Lu[n]) <= 1)
+    blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
+        m.T, rule=lambda c_, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)
+
+
+def _dc_terms(c: _Build, blk, s: int) -> None:
+    """DC s's data volumes (per BS and in total; compact form: lifted), training delay and
+    energy, and its parts of delta^A and delta^R and their energies."""
+    m, inst, Lb, Dbar, dM_ss = c.m, c.inst, c.Lb, c.Dbar, c.dM_ss
+    if c.copies:
+        blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: sum(
+            blk.rho_nb[t, n, b] * Dbar[t, n] for n in Lb[b]))
+        blk.D = pyo.Expression(m.T, rule=lambda e, t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
+    else:  # compact form: BS data from bs[b], the DC's data volume lifted (module docstring)
+        blk.lift = pyo.Block()
+        blk.Db = pyo.Expression(m.T, m.B, rule=lambda e, t, b: m.bs[b].D[t])
+        _lift_volume(c, blk, lambda t: sum(blk.rho_bs[t, b] * blk.Db[t, b] for b in m.B))
+    blk.dP = pyo.Expression(m.T, rule=lambda e, t: blk.gamma[t] * blk.m[t] * blk.D[t]
+                            / (inst.M[s] * inst.C[s] * blk.z[t]))
+    blk.EP = pyo.Expression(m.T, rule=lambda e, t: blk.dP[t] * inst.Pbar[s] * inst.M[s]
+                            * (inst.rho_idle * blk.z[t] ** 2 + 1 - inst.rho_idle))
+    blk.dA_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * blk.Is[t, k] for k in m.S))
+    blk.dR_s = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * blk.Is[t, k] for k in m.S))
+    blk.EA = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, s, k] * inst.P_ss[s, k] * blk.Is[t, k]
+                                                        for k in m.S))
+    blk.ER = pyo.Expression(m.T, rule=lambda e, t: sum(dM_ss[t, k, s] * inst.P_ss[k, s] * blk.Is[t, k]
+                                                        for k in m.S))
+
+
+def _dc_rows(c: _Build, blk, s: int) -> None:
+    """DC s's coupling rows: the epigraphs of the maxima in `eq:delayAtDCdataCollect`, its
+    delay row (`delay_agg_servers_mainpaper`), its reception row (`delay_server_Reception`),
+    the bound's DPU epigraphs and (relaxed, DC 0) the forcing rows of I_s (`con1add`); then
+    its cost."""
+    m, bD, xi3 = c.m, c.bD, c.xi3
+    blk.coupling.eBS_epi = pyo.Constraint(  # max_b in eq:delayAtDCdataCollect
+        m.T, m.B, rule=lambda c_, t, b: bD * blk.Db[t, b] * blk.rho_bs[t, b] / blk.R[t, b] - blk.eBS[t] <= 0)
+    if c.copies or s == 0:  # max_{n,b} dD_nb = max_b (BS b's max over its UEs)
+        blk.coupling.eNB_epi = pyo.Constraint(
+            m.T, m.B, rule=lambda c_, t, b: blk.eNBb[t, b] - blk.eNB[t] <= 0)
+    blk.coupling.delay = pyo.Constraint(  # delay_agg_servers_mainpaper
+        m.T, rule=lambda c_, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)
+    blk.coupling.recv = pyo.Constraint(  # delay_server_Reception (docs/formulation.md: delta^R_s)
+        m.T, rule=lambda c_, t: blk.dR_s[t] - blk.dR[t] <= 0)
+    _dpu_epigraphs(m, blk, c.bound)
+    if c.binaries == "relaxed" and s == 0:
+        blk.coupling.forcing = pyo.Block()
+        blk.coupling.forcing.force_Is = pyo.Constraint(  # con1add
+            m.T, rule=lambda c_, t: sum(blk.Is[t, k] * (1 - blk.Is[t, k]) for k in m.S) <= 0)
+    blk.cost = pyo.Expression(expr=sum(
+        xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
+
+
+def _objective(c: _Build, w: dict[str, float]) -> None:
+    """The objective of P (`eqn: optimization objective text`): xi1 ML term + xi2 delays +
+    xi3 energies, with tau_t = dA_t + dR_t and the bound's aggregates."""
+    m, inst, own = c.m, c.inst, c.own
     m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
     m.gbar = pyo.Expression(expr=inst.I * _weighted_gammas(m, inst))
     vt = _bound_vartheta(m, inst)
     m.vartheta_b = vt if isinstance(vt, float) else pyo.Expression(expr=vt)
-    if bound == "corollary":
+    if c.bound == "corollary":
         _step_row(m, inst)
-    m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, bound))
+    m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, c.bound))
     m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
     m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
     m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
 
+
+def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "corollary",
+                  weights: dict[str, float] | None = None,
+                  fixed: Sequence[RoundDecision] | Solution | None = None,
+                  copies: bool = True, delay_cap: float | None = None) -> pyo.ConcreteModel:
+    """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
+
+    binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
+    con1add-con11add), "binary" (I binary, for SCIP), or "fixed" (I fixed to `fixed`'s
+    aggregator and associations, a continuous NLP for Ipopt).
+    bound: "corollary" (eq:convSpecial, tau term kept) or "general" (eq:GenConvBound).
+    weights: overrides of xi1, xi2, xi3 (the instance's by default).
+    copies: True (each node holds its own copies, tied by `m.consensus`; docs/formulation.md
+    "7. Decomposition into node blocks"); False makes every copy a Pyomo Reference to the
+    owner's variable (same equations, no consensus block, no duplicated simplices): the compact
+    form for the centralised solvers.
+    delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
+    J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
+    """
+    inst = validated(inst)
+    w = _checked_weights(inst, binaries, bound, fixed, weights)
+    c = _new_model(inst, binaries=binaries, bound=bound, w=w, copies=copies,
+                   delay_cap=delay_cap)
+    m = c.m
+    m.bs = pyo.Block(m.B)
+    m.ue = pyo.Block(m.N)
+    m.dc = pyo.Block(m.S)
+    _ue_variables(c)
+    _bs_variables(c)
+    _dc_variables(c)
+    _ue_copies(c)
+    _bs_copies(c)
+    _dc_copies(c)
+    for b in m.B:
+        for rules in (_bs_convex, _bs_volume, _bs_rows):
+            rules(c, m.bs[b], b)
+    for n in m.N:
+        for rules in (_ue_convex, _ue_terms, _ue_rows):
+            rules(c, m.ue[n], n)
+    for s in m.S:
+        for rules in (_dc_convex, _dc_terms, _dc_rows):
+            rules(c, m.dc[s], s)
+    m.consensus = pyo.Block()   # G(w) = 0
+    if copies:
+        _consensus(m)
+    _objective(c, w)
     m._lifts = _lift_candidates(m) if copies else []
     if binaries == "fixed":
         fix_binaries(m, fixed)
@@ -398,7 +548,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
 
 def _lift_candidates(m) -> list:
     """Block form: the named sums that the per-node derivative providers treat as internal
-    variables (`solvers.sca.NodeProvider`; P itself is unchanged): the data volumes (BS D_b, a
+    variables (`solvers.node_structure.NodeProvider`; P itself is unchanged): the data volumes (BS D_b, a
     DC's D_b copies and D_s) and the bound's aggregates (gbar, the step row's sum, vartheta,
     the general bound's noise and local sums). Each is a sum of small terms, but a nonlinear
     function of it (sqrt(gbar), gamma m D_s / z) gets a dense Hessian block over all its
@@ -460,8 +610,8 @@ def _dpu_epigraphs(m, blk, bound: str) -> None:
 
 
 def _weighted_gammas(m, inst: Instance, f=lambda g: g):
-    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (SPEC §3: the bound counts training
-    that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
+    """sum_t sum_i (D_i[t] / sum_j D_j[t]) f(gamma[t, i]) (docs/formulation.md "Resolutions in the
+    ML term": the bound counts training that happens). sum_j D_j[t] = sum_n Dbar[t, n] (data is conserved; `system.data_shares`).
 
     Block form: the data volumes are read over dc[0]'s copies (dc[0] hosts the step-size row,
     which uses the same sum); what dc[0] does not hold (rho_bs[:, s] for s != 0) from its owner
@@ -496,14 +646,15 @@ def _a1(inst: Instance, g):
 
 def _bound_vartheta(m, inst: Instance):
     """vartheta of the bound (`system.bound_vartheta`): the instance's number, or the round
-    average of tau_eff = sum_i p_i ||a_i||_1 (SPEC §3: one vartheta for bound and trainer)."""
+    average of tau_eff = sum_i p_i ||a_i||_1 (docs/formulation.md "Resolutions in the ML term": one vartheta for bound and trainer)."""
     if inst.vartheta_mode == "constant":
         return float(inst.vartheta)
     return _weighted_gammas(m, inst, lambda g: _a1(inst, g)) / inst.T
 
 
 def _step_row(m, inst: Instance) -> None:
-    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T)) (SPEC §3),
+    """Theorem 1's step-size condition for the corollary's eta = sqrt(d / (gbar T))
+    (`Thm: ML convergence main`; docs/formulation.md "Resolutions in the ML term"),
     4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T, divided by d T; a coupling row hosted by
     dc[0], which owns g_max (`system.step_condition` is its numpy twin)."""
     T, d = inst.T, inst.I
@@ -518,7 +669,7 @@ def _step_row(m, inst: Instance) -> None:
 
 def _ml_expression(m, inst: Instance, bound: str):
     """Objective term (a): eq:convSpecial (tau term before condition (v); gbar weighted by data,
-    vartheta per vartheta_mode: SPEC §3 audit resolutions) or eq:GenConvBound."""
+    vartheta per vartheta_mode: docs/formulation.md "Resolutions in the ML term") or eq:GenConvBound."""
     T, d = inst.T, inst.I
     own = m.dc[0]
     drift = sum(m.tau[t] * float(inst.Delta[t].sum()) for t in m.T)

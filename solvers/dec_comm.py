@@ -170,9 +170,6 @@ class RelayPlan:
             self._summer = summer(self.entry_q, self.n_quantities)
         return self._summer
 
-    def member_entries(self) -> np.ndarray:
-        return np.flatnonzero(self.entry_member)
-
     def ancestors(self) -> np.ndarray:
         """(max depth + 1, E): row l holds each entry's ancestor at depth l (the entry itself
         at its own depth, -1 above it and where it has none)."""

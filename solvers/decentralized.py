@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,10 @@ TRACE_FIELDS = ("outer", "phase", "wall_s", "obj_model", "max_violation", "forci
                 "bytes_mean")
 
 
-class _DecOps:
-    """Linearisation, curvature and global maxima of the decentralised method: each node
-    evaluates its provider at its own copies (received by broadcast) and the results travel by
-    `Comm` collectives (module docstring)."""
+class DistributedEvaluator:
+    """The SCA's linearisation, curvature, per-variable maxima and epigraph restoration,
+    computed node by node: each node evaluates its provider at its own copies (received by
+    broadcast) and the results travel by `Comm` collectives (module docstring)."""
 
     def __init__(self, st: DecStructure, inner: InnerSolver):
         self.st, self.inner, self.comm = st, inner, inner.comm
@@ -158,7 +159,7 @@ class _DecOps:
                                  any_positive=lambda v: inner._global_max_var(v) > 0)
 
 
-class _Spread:
+class CrossProcessCollectives:
     """`run_sca`'s view of a run whose nodes are spread over processes (MPI backend): the
     rows this process hosts and the collectives that give every process the same decisions."""
 
@@ -219,27 +220,89 @@ def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | 
     return final, str(getattr(status, "value", status)), time.perf_counter() - t0
 
 
-def solve_decentralized(inst: Instance, *, method: str = "decentralized",
-                        consensus_rounds: int = 0, max_outer: int | None = None,
-                        bound: str = "corollary",
-                        constants: str | dict | PDConstants | None = None,
-                        seed: int = 0, init: str = "relaxed", trace_path: str | Path | None = None,
-                        progress: bool = False, ipopt_options: dict | None = None,
-                        structure: DecStructure | None = None, comm: Comm | None = None
-                        ) -> tuple[Solution | None, dict[str, Any]]:
-    """Paper §V on `inst`; returns (a binary orchestration, info). See the module docstring.
+# ---------------------------------------------------------------------- the run and its phases
+@dataclass
+class DecentralizedRun:
+    """What the phases of one `solve_decentralized` call share: the per-node structure, the
+    inner solver (Alg. 2), the message passing and the info and trace being filled."""
+    inst: Instance
+    method: str
+    bound: str
+    k: PDConstants
+    st: DecStructure
+    inner: InnerSolver
+    comm: Comm | None
+    dec: bool                            # messages over the graph (not centralized-pd)
+    spread: bool                         # nodes spread over processes (MPI backend)
+    evaluator: DistributedEvaluator | None
+    info: dict[str, Any]
+    t_start: float
+    max_outer: int | None
+    progress: bool = False
+    ipopt_options: dict | None = None    # decentralized-polish's polish
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    msg_hist: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    neighbours_only: bool = True
+    bar: Any = None
 
-    consensus_rounds: J (0 = as many as the relay depth). max_outer: cap per SCA phase (default
-    `PDConstants.max_outer`). constants: "tuned" (default), "paper" or a dict of
-    `primal_dual.PDConstants` fields. seed: recorded only (the method makes no random choice).
-    init: "relaxed" (indicators at the simplex centres) or "reference" (a binary start: the
-    forcing penalty then keeps the reference aggregator and associations). structure: a
-    prebuilt `sca.build_structure` for the same instance/bound/init (benchmarks reuse it).
-    comm: the message passing (default: a `LocalComm`, every node in this process); with an
-    `mpi_backend.MpiComm` (method "decentralized" only) each process evaluates the providers
-    of its own nodes (`comm.local_nodes()`), steps the shared variables they are primary of
-    and hosts their rows; every decision comes from collectives over the graph; process 0
-    gathers the primaries' values and returns the solution, the others return (None, info)."""
+    def sca_hooks(self) -> dict[str, Any]:
+        """`run_sca`'s keyword arguments: the message-passing forms of its evaluations
+        (decentralized) or none (centralized-pd: global arrays)."""
+        ev = self.evaluator
+        return dict(max_outer=self.max_outer, callback=self.record,
+                    global_max=self.inner._global_max if self.dec else None,
+                    linearise=ev.linearise if self.dec else None,
+                    curvature=ev.curvature if self.dec else None,
+                    restore=ev.restore if self.dec else None,
+                    distributed=CrossProcessCollectives(self.st, self.inner)
+                    if self.spread else None)
+
+    def record(self, rec) -> bool:
+        """`run_sca`'s callback: one trace row per outer iteration (TRACE_FIELDS) with the
+        messages sent since the last one; advances the progress bar."""
+        if self.dec:
+            msgs, nbytes = self.comm.snapshot()
+            self.msg_hist.append((msgs, nbytes))
+        else:
+            msgs = nbytes = np.zeros(1)
+        d = None if self.spread else self.st.decisions(rec.u_hat)   # spread: not all held here
+        self.rows.append({
+            "outer": len(self.rows), "phase": rec.phase,
+            "wall_s": time.perf_counter() - self.t_start, "obj_model": rec.lin.f,
+            "max_violation": rec.violation, "forcing_violation": rec.forcing,
+            "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
+            "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
+            "step_factor": rec.zeta, "stationarity": rec.stationarity,
+            "rejected": int(rec.rejected), "L_raised": rec.L_raised,
+            "aggregators": "" if d is None else
+            "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
+            "I_binary_gap": float("nan") if d is None else
+            float(np.max(1.0 - d["Is"].max(axis=1))),
+            "msgs_max": int(msgs.max()), "msgs_mean": float(msgs.mean()),
+            "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean())})
+        if self.bar is not None:
+            self.bar.set_postfix(J=f"{rec.lin.f:.6g}", viol=f"{rec.violation:.1e}",
+                                 refresh=False)
+            self.bar.update(1)
+        return False
+
+    def run_phase(self, u0: np.ndarray, phase: str):
+        """One SCA phase (Alg. 1, `run_sca`) from u0, with a progress bar of its outer
+        iterations on stderr when asked (rank 0 only)."""
+        if self.progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.max_outer or self.k.max_outer, unit="outer",
+                            desc=f"{self.method} {phase}", leave=False)
+        try:
+            return run_sca(self.st, self.inner, self.k, u0=u0, phase=phase, **self.sca_hooks())
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+
+def _check_arguments(method: str, init: str, max_outer: int | None,
+                     consensus_rounds: int) -> None:
     if method not in METHODS:
         raise ValueError(f"method {method!r}: expected one of {METHODS}")
     if init not in INITS:
@@ -249,6 +312,14 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     if isinstance(consensus_rounds, bool) or int(consensus_rounds) != consensus_rounds \
             or consensus_rounds < 0:
         raise ValueError(f"consensus_rounds must be an integer >= 0, got {consensus_rounds!r}")
+
+
+def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int | None,
+           bound: str, constants, seed: int, init: str, progress: bool,
+           ipopt_options: dict | None, structure: DecStructure | None, comm: Comm | None) -> DecentralizedRun:
+    """Set-up (paper §V, `eqn: parameter_union_over_nodes`): the per-node blocks and shared
+    variables (`sca.build_structure`), the relay plans over the communication graph and the
+    inner solver (Alg. 2); refuses J below the relay depth."""
     k = resolve_constants(constants)
     t_start = time.perf_counter()
     dec = method != "centralized-pd"
@@ -273,138 +344,223 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
                             "n_shared_variables": st.n, "n_copies": st.n_copies,
                             "n_coupling": st.n_rows, "n_nodes": st.n_nodes,
                             "projection_groups": dict(st.group_counts), "build_s": st.build_s}
-    ops = _DecOps(st, inner) if dec else None
+    run = DecentralizedRun(inst=inst, method=method, bound=bound, k=k, st=st, inner=inner,
+                           comm=comm, dec=dec, spread=spread,
+                           evaluator=DistributedEvaluator(st, inner) if dec else None,
+                           info=info, t_start=t_start, max_outer=max_outer,
+                           progress=progress and info_rank(comm) == 0,
+                           ipopt_options=ipopt_options)
     if dec:
-        depth = max(inner.plan.n_rounds, inner.gplan.n_rounds)
-        if 0 < consensus_rounds < depth:
-            raise ValueError(f"consensus_rounds = {consensus_rounds} is below the relay depth "
-                             f"{depth} of this communication graph: a collective cannot reach "
-                             f"every holder; use 0 (as many rounds as needed) or >= {depth}")
-        graph = inst.graph()
-        names = st.node_names
-        neighbours_only = all(graph.has_edge(names[a], names[b])
+        _check_relay_depth(run, consensus_rounds)
+        comm.snapshot()   # set-up messages are not part of an outer iteration
+    return run
+
+
+def _check_relay_depth(run: DecentralizedRun, consensus_rounds: int) -> None:
+    """J against the relay trees' depth (module docstring); records the message topology."""
+    inner, inst, comm = run.inner, run.inst, run.comm
+    depth = max(inner.plan.n_rounds, inner.gplan.n_rounds)
+    if 0 < consensus_rounds < depth:
+        raise ValueError(f"consensus_rounds = {consensus_rounds} is below the relay depth "
+                         f"{depth} of this communication graph: a collective cannot reach "
+                         f"every holder; use 0 (as many rounds as needed) or >= {depth}")
+    graph = inst.graph()
+    names = run.st.node_names
+    run.neighbours_only = all(graph.has_edge(names[a], names[b])
                               for a, b in inner.plan.edges | inner.gplan.edges)
-        info.update(backend=comm.backend, ranks=int(getattr(comm, "size", 1)),
+    run.info.update(backend=comm.backend, ranks=int(getattr(comm, "size", 1)),
                     relay_depth=depth,
                     consensus_rounds=int(consensus_rounds or depth),
                     relay_tree_edges=len(inner.plan.edges | inner.gplan.edges),
                     graph_edges=int(inst.graph().number_of_edges()))
-    rows: list[dict[str, Any]] = []
-    msg_hist: list[tuple[np.ndarray, np.ndarray]] = []
-    if dec:
-        comm.snapshot()   # set-up messages are not part of an outer iteration
 
-    def callback(rec) -> bool:
-        if dec:
-            msgs, nbytes = comm.snapshot()
-            msg_hist.append((msgs, nbytes))
-        else:
-            msgs = nbytes = np.zeros(1)
-        d = None if spread else st.decisions(rec.u_hat)   # spread: not all held here
-        rows.append({"outer": len(rows), "phase": rec.phase,
-                     "wall_s": time.perf_counter() - t_start, "obj_model": rec.lin.f,
-                     "max_violation": rec.violation, "forcing_violation": rec.forcing,
-                     "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
-                     "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
-                     "step_factor": rec.zeta,
-                     "stationarity": rec.stationarity,
-                     "rejected": int(rec.rejected), "L_raised": rec.L_raised,
-                     "aggregators": "" if d is None else
-                     "|".join(str(int(a)) for a in d["Is"].argmax(axis=1)),
-                     "I_binary_gap": float("nan") if d is None else
-                     float(np.max(1.0 - d["Is"].max(axis=1))),
-                     "msgs_max": int(msgs.max()), "msgs_mean": float(msgs.mean()),
-                     "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean())})
-        return False
 
-    kw = dict(max_outer=max_outer, callback=callback,
-              global_max=inner._global_max if dec else None,
-              linearise=ops.linearise if dec else None,
-              curvature=ops.curvature if dec else None,
-              restore=ops.restore if dec else None,
-              distributed=_Spread(st, inner) if spread else None)
-    t0 = time.perf_counter()
-    u1, rec1, reason1 = run_sca(st, inner, k, u0=st.u0, phase="relaxed", **kw)
-    t1 = time.perf_counter()
-    relaxed_viol = rec1[-1].violation if rec1 else float("nan")
-    info.update(stop_reason_relaxed=reason1, outer_iterations_relaxed=len(rec1),
-                violation_relaxed=relaxed_viol, forcing_relaxed=rec1[-1].forcing if rec1 else None,
-                relaxed_s=t1 - t0)
-    u_r = _fix_indicators(st, u1)
-    views = (ops.move_views() if dec else central_views(st)) if k.move_passes or spread else None
+def _relaxed_phase(run: DecentralizedRun):
+    """Phase 1: Alg. 1 (`alg:dist_NOVA main`) with indicators in [0, 1] and the forcing rows
+    (`con1add`-`con12add`) as a growing penalty, from the structure's start w^0."""
+    relaxed_u, relaxed_records, reason = run.run_phase(run.st.u0, "relaxed")
+    run.info.update(stop_reason_relaxed=reason, outer_iterations_relaxed=len(relaxed_records),
+                    violation_relaxed=relaxed_records[-1].violation if relaxed_records
+                    else float("nan"),
+                    forcing_relaxed=relaxed_records[-1].forcing if relaxed_records else None)
+    return relaxed_u, relaxed_records, reason
+
+
+def _rounding(run: DecentralizedRun, relaxed_u: np.ndarray):
+    """Phase 2: every owner rounds its own indicators and fixes them (`_fix_indicators`);
+    with the MPI backend every process's copies take the owners' values. Returns the rounded
+    point and the association moves' collectives (None when no move pass runs)."""
+    st, k, spread = run.st, run.k, run.spread
+    u_rounded = _fix_indicators(st, relaxed_u)
+    views = None
+    if k.move_passes or spread:
+        views = run.evaluator.move_views() if run.dec else central_views(st)
     if spread:   # every process's copies of the rounded indicators: the owners' values
-        u_r = views.sync(u_r)
-        fix_indicators_at(st, u_r)
-    if method == "decentralized-polish":
-        from cefl_opt.association import repair_associations
-        rounded = clip_to_bounds(st.to_solution(u_r, method=method, status="rounded"), inst,
-                                 bound)
-        t_r = time.perf_counter()
-        rounded, info["association_moves"] = repair_associations(inst, rounded, bound=bound)
-        info["repair_s"] = time.perf_counter() - t_r
-        final, info["polish_status"], info["polish_s"] = _polish(inst, rounded, bound=bound,
-                                                                ipopt_options=ipopt_options)
-        reason2, rec2 = reason1, []
-    else:
-        if k.move_passes:   # node-local association moves (solvers/assoc_moves.py)
-            free = np.ones(st.n_rows, dtype=bool)
-            free[st.force_rows] = False
-            t_m = time.perf_counter()
-            u_r, moved = association_moves(
-                st, u_r, free, linearise=ops.linearise if dec else st.linearise,
-                views=views, passes=k.move_passes)
-            info.update(moved, association_s=time.perf_counter() - t_m)
-        if k.live_only:   # each host drops its rows' entries that the fixed indicators kill
-            inner.set_active(st.live_entries(u_r, ops.nodes if dec else range(st.n_nodes)))
-        u2, rec2, reason2 = run_sca(st, inner, k, u0=u_r, phase="fixed", **kw)
-        info.update(stop_reason_finishing=reason2, outer_iterations_finishing=len(rec2),
-                    finishing_s=time.perf_counter() - t1)
-        if spread:
-            u2 = _gather_primaries(st, comm, u2)
-            if u2 is None:   # not process 0: the solution is written there
-                st.reset_bounds()
-                st.set_local(None)
-                info.update(rank=comm.rank, wall_s=time.perf_counter() - t_start)
-                return None, info
-        status = reason2 if reason2 in ("converged", "stalled") else "iteration_limit"
-        final = clip_to_bounds(st.to_solution(u2, method=method, status=status), inst, bound)
-    st.reset_bounds()
-    if spread:
-        st.set_local(None)
-        info["rank"] = comm.rank
-    recs = rec1 + rec2
-    relaxed_ok = reason1 in ("converged", "binary")   # binaries decided either way
-    reason = "converged" if relaxed_ok and reason2 == "converged" else (
-        reason1 if not relaxed_ok else reason2)
-    info.update(stop_reason=reason, outer_iterations=len(recs),
-                inner_iterations=int(sum(r.inner["inner_iters"] for r in recs)),
-                final_max_violation=recs[-1].violation if recs else None,
-                aggregators_final=[int(r.aggregator) for r in final.rounds],
-                sca_s=time.perf_counter() - t0)
-    if dec and msg_hist:
-        M = np.array([h[0] for h in msg_hist], float)
-        Bt = np.array([h[1] for h in msg_hist], float)
-        info["messages"] = {
-            "per_node_per_outer": {"count": {"max": float(M.max()), "mean": float(M.mean())},
+        u_rounded = views.sync(u_rounded)
+        fix_indicators_at(st, u_rounded)
+    return u_rounded, views
+
+
+def _central_repair_and_polish(run: DecentralizedRun, u_rounded: np.ndarray) -> Solution:
+    """decentralized-polish after rounding: the central association repair and the Ipopt
+    polish with the binaries fixed (each evaluates P over the whole network)."""
+    from cefl_opt.association import repair_associations
+    inst, bound, info = run.inst, run.bound, run.info
+    rounded = clip_to_bounds(run.st.to_solution(u_rounded, method=run.method, status="rounded"),
+                             inst, bound)
+    t_r = time.perf_counter()
+    rounded, info["association_moves"] = repair_associations(inst, rounded, bound=bound)
+    info["repair_s"] = time.perf_counter() - t_r
+    final, info["polish_status"], info["polish_s"] = _polish(
+        inst, rounded, bound=bound, ipopt_options=run.ipopt_options)
+    return final
+
+
+def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views) -> np.ndarray:
+    """Node-local association moves (`solvers/assoc_moves.py`, docs/decentralized.md
+    "Association moves"): up to `move_passes` passes, each UE moving its uplink or downlink BS
+    where that lowers J with the rest held."""
+    st = run.st
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    t_m = time.perf_counter()
+    u_moved, moved = association_moves(
+        st, u_rounded, free, linearise=run.evaluator.linearise if run.dec else st.linearise,
+        views=views, passes=run.k.move_passes)
+    run.info.update(moved, association_s=time.perf_counter() - t_m)
+    return u_moved
+
+
+def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
+    """Phase 3: Alg. 1 with the indicators fixed, on the continuous variables; with
+    `live_only` each host first drops its rows' Jacobian entries that the fixed indicators
+    make zero. Returns (u, records, reason)."""
+    st = run.st
+    if run.k.live_only:   # each host drops its rows' entries that the fixed indicators kill
+        run.inner.set_active(st.live_entries(
+            u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
+    return run.run_phase(u_fixed, "fixed")
+
+
+def _release(run: DecentralizedRun) -> None:
+    """The structure's bounds back to the model's (the rounding fixed the indicators)."""
+    run.st.reset_bounds()
+    if run.spread:
+        run.st.set_local(None)
+
+
+def _stop_reason(reason_relaxed: str, reason_finishing: str) -> str:
+    """The run's stop reason: "converged" when the relaxed phase decided the binaries
+    ("converged" or "binary") and the finishing phase converged; else the first phase's
+    failure, or the finishing phase's reason."""
+    relaxed_ok = reason_relaxed in ("converged", "binary")   # binaries decided either way
+    if relaxed_ok and reason_finishing == "converged":
+        return "converged"
+    return reason_relaxed if not relaxed_ok else reason_finishing
+
+
+def _message_counts(run: DecentralizedRun) -> dict[str, Any]:
+    """Messages per node per outer iteration (max, mean) and in total (module docstring)."""
+    M = np.array([h[0] for h in run.msg_hist], float)
+    Bt = np.array([h[1] for h in run.msg_hist], float)
+    return {"per_node_per_outer": {"count": {"max": float(M.max()), "mean": float(M.mean())},
                                    "bytes": {"max": float(Bt.max()), "mean": float(Bt.mean())}},
             "total_count": int(M.sum()), "total_bytes": int(Bt.sum()),
-            "neighbours_only": neighbours_only}
-    from cefl_opt import system   # reporting: the harness's check of the returned solution
-    ev = system.evaluate(inst, final, bound=bound)
-    final.method = method
+            "neighbours_only": run.neighbours_only}
+
+
+def _result(run: DecentralizedRun, final: Solution, records: list, reason: str,
+            t_sca: float) -> Solution:
+    """The returned solution: status and info, and its objective and terms as the harness's
+    check `system.evaluate` computes them (reporting only; the method does not use it)."""
+    from cefl_opt import system
+    info = run.info
+    info.update(stop_reason=reason, outer_iterations=len(records),
+                inner_iterations=int(sum(r.inner["inner_iters"] for r in records)),
+                final_max_violation=records[-1].violation if records else None,
+                aggregators_final=[int(r.aggregator) for r in final.rounds],
+                sca_s=time.perf_counter() - t_sca)
+    if run.dec and run.msg_hist:
+        info["messages"] = _message_counts(run)
+    ev = system.evaluate(run.inst, final, bound=run.bound)
+    final.method = run.method
     final.status = "converged" if reason == "converged" else reason
     final.objective, final.terms = ev.objective, ev.terms
     info.update(objective=ev.objective, feasible=ev.feasible, status=final.status,
-                wall_s=time.perf_counter() - t_start)
+                wall_s=time.perf_counter() - run.t_start)
     final.wall_s = info["wall_s"]
     final.info.update({k_: v for k_, v in info.items() if k_ != "constants"})
+    return final
+
+
+def solve_decentralized(inst: Instance, *, method: str = "decentralized",
+                        consensus_rounds: int = 0, max_outer: int | None = None,
+                        bound: str = "corollary",
+                        constants: str | dict | PDConstants | None = None,
+                        seed: int = 0, init: str = "relaxed", trace_path: str | Path | None = None,
+                        progress: bool = False, ipopt_options: dict | None = None,
+                        structure: DecStructure | None = None, comm: Comm | None = None
+                        ) -> tuple[Solution | None, dict[str, Any]]:
+    """Paper §V on `inst`; returns (a binary orchestration, info). See the module docstring.
+
+    Phases: set-up, relaxed phase (Alg. 1), rounding, then either the central repair and
+    polish (decentralized-polish) or the association moves and the finishing phase (Alg. 1
+    with the indicators fixed), and the result.
+
+    consensus_rounds: J (0 = as many as the relay depth). max_outer: cap per SCA phase (default
+    `PDConstants.max_outer`). constants: "tuned" (default), "paper" or a dict of
+    `primal_dual.PDConstants` fields. seed: recorded only (the method makes no random choice).
+    init: "relaxed" (indicators at the simplex centres) or "reference" (a binary start: the
+    forcing penalty then keeps the reference aggregator and associations). progress: a tqdm
+    bar of the outer iterations on stderr (MPI: process 0 only). structure: a
+    prebuilt `sca.build_structure` for the same instance/bound/init (benchmarks reuse it).
+    comm: the message passing (default: a `LocalComm`, every node in this process); with an
+    `mpi_backend.MpiComm` (method "decentralized" only) each process evaluates the providers
+    of its own nodes (`comm.local_nodes()`), steps the shared variables they are primary of
+    and hosts their rows; every decision comes from collectives over the graph; process 0
+    gathers the primaries' values and returns the solution, the others return (None, info)."""
+    _check_arguments(method, init, max_outer, consensus_rounds)
+    run = _setup(inst, method=method, consensus_rounds=consensus_rounds, max_outer=max_outer,
+                 bound=bound, constants=constants, seed=seed, init=init, progress=progress,
+                 ipopt_options=ipopt_options, structure=structure, comm=comm)
+    t0 = time.perf_counter()
+    relaxed_u, relaxed_records, reason_relaxed = _relaxed_phase(run)
+    t1 = time.perf_counter()
+    run.info["relaxed_s"] = t1 - t0
+    u_rounded, views = _rounding(run, relaxed_u)
+    if method == "decentralized-polish":
+        final = _central_repair_and_polish(run, u_rounded)
+        reason_finishing, finishing_records = reason_relaxed, []
+    else:
+        if run.k.move_passes:
+            u_rounded = _association_moves(run, u_rounded, views)
+        u_final, finishing_records, reason_finishing = _finishing_phase(run, u_rounded)
+        run.info.update(stop_reason_finishing=reason_finishing,
+                        outer_iterations_finishing=len(finishing_records),
+                        finishing_s=time.perf_counter() - t1)
+        if run.spread:
+            u_final = _gather_primaries(run.st, run.comm, u_final)
+            if u_final is None:   # not process 0: the solution is written there
+                _release(run)
+                run.info.update(rank=run.comm.rank, wall_s=time.perf_counter() - run.t_start)
+                return None, run.info
+        status = reason_finishing if reason_finishing in ("converged", "stalled") \
+            else "iteration_limit"
+        final = clip_to_bounds(run.st.to_solution(u_final, method=method, status=status), inst,
+                               bound)
+    _release(run)
+    if run.spread:
+        run.info["rank"] = run.comm.rank
+    final = _result(run, final, relaxed_records + finishing_records,
+                    _stop_reason(reason_relaxed, reason_finishing), t0)
     if trace_path is not None:
-        write_trace(trace_path, rows)
-    info["trace"] = rows
-    return final, info
+        write_trace(trace_path, run.rows)
+    run.info["trace"] = run.rows
+    return final, run.info
 
 
 def write_trace(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """The trace rows as CSV (TRACE_FIELDS; floats with 10 significant digits)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
@@ -422,9 +578,9 @@ def run_method(inst: Instance, opts, name: str):
     from .base import Results, SolutionStatus, TerminationCondition
     comm = make_comm(inst, opts.backend, name)
     sol, info = solve_decentralized(
-        inst, method=name, consensus_rounds=opts.consensus_rounds, max_outer=opts.max_outer,
-        bound=opts.bound, constants=resolve_constants(opts.constant_overrides()), seed=opts.seed,
-        init=opts.init, trace_path=opts.trace_path if info_rank(comm) == 0 else None,
+        inst, method=name, consensus_rounds=opts.consensus_rounds, bound=opts.bound,
+        constants=resolve_constants(opts.constant_overrides()),  # max_outer included
+        seed=opts.seed, init=opts.init, trace_path=opts.trace_path if info_rank(comm) == 0 else None,
         progress=opts.progress, ipopt_options=opts.ipopt_options, comm=comm)
     info = {k_: v for k_, v in info.items() if k_ != "trace"}
     if sol is None:   # an MPI process other than 0: process 0 returns the solution

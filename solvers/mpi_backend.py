@@ -1,4 +1,4 @@
-"""MPI backend of the decentralised solver's message passing (`solvers.dec_comm`), issue 11 item 3.
+"""MPI backend of the decentralised solver's message passing (`solvers.dec_comm`).
 
 `MpiComm` implements `dec_comm.Comm` over mpi4py: the network nodes are partitioned over the
 ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph neighbours stay
@@ -66,7 +66,8 @@ def mpi_world():
 # ---------------------------------------------------------------------- partition
 def node_work(inst) -> np.ndarray:
     """Work of each node (ue*, bs*, dc* order): the number of variables its block holds in the
-    block form of P (SPEC §4: own variables and copies, per round), which sets the cost of its
+    block form of P (docs/formulation.md "7. Decomposition into node blocks": own variables
+    and copies, per round), which sets the cost of its
     linearisation, projection and dual updates."""
     T, N, B, S = inst.T, inst.N, inst.B, inst.S
     nl = np.array([len(x) for x in inst.ue_links()])

@@ -20,7 +20,7 @@ if not AmplInterface.available():  # pragma: no cover - `make install` builds it
 
 from cefl_opt.models import EPIGRAPH_LEVELS  # noqa: E402
 from cefl_opt.solvers.dec_comm import LocalComm  # noqa: E402
-from cefl_opt.solvers.decentralized import _DecOps  # noqa: E402
+from cefl_opt.solvers.decentralized import DistributedEvaluator  # noqa: E402
 from cefl_opt.solvers.primal_dual import InnerSolver, resolve_constants  # noqa: E402
 from cefl_opt.solvers.sca import _central_restore, build_structure  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_message_passing_restoration_equals_one_process(small_st):
     free[st.force_rows] = False
     lin = st.linearise(u)
     comm = LocalComm(inst.graph(), st.node_names)
-    ops = _DecOps(st, InnerSolver(st, resolve_constants(None), mode="decentralized", comm=comm))
+    ops = DistributedEvaluator(st, InnerSolver(st, resolve_constants(None), mode="decentralized", comm=comm))
     comm.snapshot()
     u_dec, moved_dec = ops.restore(u, lin, free)
     msgs, _ = comm.snapshot()
