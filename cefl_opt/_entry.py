@@ -19,8 +19,14 @@ if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
 
 
 def main() -> int:
+    """Run the command; under `mpiexec`, a failing rank ends every rank of the launch with its
+    exit status (`solvers.mpi_backend.abort_launch_on_failure`)."""
     from cefl_opt.cli import main as cli_main
-    return cli_main(early_signals=_EARLY)
+    code = cli_main(early_signals=_EARLY)
+    if code != 0 and "mpi4py.MPI" in sys.modules:
+        from cefl_opt.solvers.mpi_backend import abort_launch_on_failure
+        abort_launch_on_failure(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ rank before any collective call, so no rank waits for another.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -61,6 +62,21 @@ def mpi_world():
     except ImportError as e:  # pragma: no cover - mpi4py is a dependency
         raise MpiUnavailable(f"option '--backend mpi' needs mpi4py: {e}") from None
     return MPI.COMM_WORLD
+
+
+def abort_launch_on_failure(code: int) -> None:
+    """End every rank of this MPI launch when this one fails (`code` != 0), instead of leaving
+    the others waiting in a collective for it: `MPI_Abort(COMM_WORLD, code)`, after this rank's
+    message is out. A no-op outside a launch of two or more ranks, and where MPI was never
+    initialised (mpi4py not imported)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if code == 0 or MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    if MPI.COMM_WORLD.Get_size() < 2:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(code)
 
 
 # ---------------------------------------------------------------------- partition

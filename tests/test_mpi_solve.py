@@ -145,3 +145,39 @@ def test_full_mpi_run_equals_local_bit_for_bit(tmp_path):
     assert got["objective"] == info_local["objective"]
     for key in ("outer_iterations", "inner_iterations", "stop_reason", "association_moves"):
         assert got["info"][key] == info_local[key], key
+
+
+@needs_mpiexec
+def test_a_fault_on_one_rank_ends_every_rank(tiny, tmp_path):
+    """An exception on rank 1 only (injected in its 5th exchange) must not leave rank 0 waiting
+    in a collective: the failing rank prints its one error line and aborts the launch, and
+    mpiexec exits with the CLI's code (70, an internal error) well inside the timeout; nothing
+    is written."""
+    _d, net, _sol, _info = tiny
+    out = tmp_path / "sol.json"
+    script = tmp_path / "inject.py"
+    script.write_text(
+        "import sys\n"
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "    from cefl_opt.solvers import mpi_backend as mb\n"
+        "    real, n = mb.MpiComm._alltoallv, [0]\n"
+        "    def boom(self, *a, **k):\n"
+        "        n[0] += 1\n"
+        "        if n[0] == 5:\n"
+        "            raise RuntimeError('injected fault on rank 1')\n"
+        "        return real(self, *a, **k)\n"
+        "    mb.MpiComm._alltoallv = boom\n"
+        "import cefl_opt._entry as entry\n"
+        "sys.argv = ['cefl-opt', *sys.argv[1:]]\n"
+        "sys.exit(entry.main())\n")
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), "solve", str(net),
+                        "--method", "decentralized", "--backend", "mpi", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, env=_env())
+    assert p.returncode == 70, (p.stdout, p.stderr)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("cefl-opt: error:")]
+    assert errors == ["cefl-opt: error: internal error: RuntimeError: injected fault on rank 1 "
+                      "(set CEFL_OPT_DEBUG=1 for the traceback)"]
+    assert "Traceback" not in p.stderr
+    assert not out.exists() and sorted(x.name for x in tmp_path.iterdir()) == ["inject.py"]
+
