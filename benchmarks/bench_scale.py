@@ -1,4 +1,4 @@
-"""Scale sweep of issue 11 (item 5): from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20.
+"""Scale sweep (docs/results/scale.md): from 20 UEs / 10 BSs / 5 DCs to 1,000 / 100 / 20.
 
     python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
                                      [--reach 5] [--ranks 1,2] [--timeout 900]

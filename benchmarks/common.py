@@ -1,4 +1,4 @@
-"""Helpers shared by the experiment suites ``benchmarks/exp*.py`` (SPEC §8).
+"""Helpers shared by the experiment suites ``benchmarks/exp*.py`` (docs/results/experiments.md).
 
 Output directory, seeding, the command-line skeleton (``--quick``, ``--seed``, ``--out-dir``),
 which solve method stands for CE-FL, per-solution summaries, atomic CSV writing, small text
@@ -193,7 +193,7 @@ def add_sweep_args(ap: argparse.ArgumentParser, flag: str, default: str) -> None
 
 
 def add_constants_args(ap: argparse.ArgumentParser) -> None:
-    """Options of the ML constants (issue 15): measured on a data set (cached) by default."""
+    """Options of the ML constants: measured on a data set (cached) by default."""
     ap.add_argument("--placeholder-constants", action="store_true",
                     help="keep the preset's placeholder ML constants (no measurement)")
     ap.add_argument("--dataset", default="fmnist")

@@ -1,4 +1,4 @@
-"""`cefl-opt run`: the toolkit's main job (issue 6).
+"""`cefl-opt run`: the toolkit's main job (docs/install.md).
 
 Generate the default `paper` instance, measure its ML constants (L, Theta, zeta1, zeta2, sigma:
 `cefl-opt estimate --dynamic` on the run's data set and the instance's partition, computed once and

@@ -114,7 +114,7 @@ def test_evaluate_feasible_reference(small, capsys):
 
 
 def test_evaluate_reports_the_step_condition(small, capsys):
-    """Theorem 1's step row 4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T (SPEC §3): the
+    """Theorem 1's step row 4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T (docs/formulation.md): the
     reference holds it; one common gamma 1.5x the cap violates it, and evaluate says so (exit 1,
     named in the JSON). Both sides recomputed here from the instance's numbers: with one gamma g
     and all data kept, gbar = d T g."""

@@ -1,4 +1,4 @@
-"""Torch trainer of CE-FL (SPEC §7, issue 5): data sets, dynamic non-i.i.d. partition,
+"""Torch trainer of CE-FL (docs/training.md): data sets, dynamic non-i.i.d. partition,
 offloading as data movement, FedProx local training with the normalised aggregation of eq:11M,
 FedNova/FedAvg baselines, cost accounting and Monte-Carlo estimation of the ML constants.
 
