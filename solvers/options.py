@@ -9,12 +9,18 @@ only ever receives checked values; an error names the option (not a CLI flag) an
     >>> ScipOptions(gap=float("nan"))
     OptionError: option 'gap' must be a finite number, got nan
 
-`build_options(cls, values)` rejects unknown keys (`UnknownOptionError`). `add_option_flags`
-generates argparse flags from the fields (`--time-limit` for `time_limit`; booleans as
-`--x/--no-x`) and `options_from_args` builds the options object of one method from the parsed
-arguments, so `cefl-opt solve`'s flags come from these declarations.
+`build_options(cls, values)` rejects unknown keys (`UnknownOptionError`). The command line of
+`cefl-opt solve` comes from these declarations: `add_option_flags` generates a flag for each
+commonly used field (`--time-limit` for `time_limit`; booleans as `--x/--no-x`),
+`add_setting_flags` adds `--set KEY=VALUE` and `--options FILE.toml`, which reach every
+algorithm option by name, and `options_from_args` builds the options object of one method from
+the parsed arguments; `describe_options` is `--list-options`. The field `progress` of every
+class is a display switch (the command-level `--progress/--no-progress`), not an algorithm
+option.
 
-This module is light (numpy only): it can be imported without Pyomo or any solver.
+`DecentralizedOptions` is derived from `primal_dual.PDConstants` (one override per field,
+documented by `PD_CONSTANT_DOCS`) when first used. Importing this module, and the options of
+the Ipopt methods and SCIP, loads neither Pyomo nor any solver.
 """
 from __future__ import annotations
 

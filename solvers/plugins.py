@@ -5,7 +5,7 @@ One line per method: name, the function `fn(inst, options) -> Results` and the o
 the one-line description that `cefl-opt solve --help` shows, and the native solver it runs
 where that is not Ipopt (crash messages name it). Adding a method is one new
 module with its function and its options dataclass (a `solvers.options.MethodOptions`
-subclass) plus one line here (README, "Adding a solve method").
+subclass) plus one line here (docs/developer.md, "Adding a solve method").
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evalua
 and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any
 work.
 
-One error policy, for every command (the README lists it):
+One error policy, for every command (docs/cli.md lists it):
 
 ======  =========================================================================================
 status  meaning

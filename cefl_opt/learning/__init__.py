@@ -18,7 +18,7 @@ _EXPORTS = {
     "local_fedprox": "trainer", "TrainResult": "trainer", "DEFAULT_LR": "trainer",
     "estimate": "estimation", "estimate_dynamic": "estimation",
     "apply_estimates": "estimation", "dpu_datasets": "estimation",
-    "register": "cli",
+    "TrainOptions": "options", "prepare_train": "options", "add_train_flags": "options",
 }
 
 __all__ = sorted(_EXPORTS)

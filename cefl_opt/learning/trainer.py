@@ -41,7 +41,8 @@ CostFn = Callable[[Instance, int, object], dict]
 
 
 def default_cost_fn() -> CostFn:
-    """``cefl_opt.system.round_costs`` (docs/formulation.md); a clear error if that module is missing."""
+    """``cefl_opt.system.round_costs`` (docs/formulation.md); a clear error if that module is
+    missing."""
     try:
         from ..system import round_costs
     except ImportError as e:
