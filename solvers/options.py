@@ -155,8 +155,8 @@ class MethodOptions:
     weights: dict | None = option(None, "overrides of the objective weights xi1, xi2, xi3 "
                                   "(the instance's by default)", check=_weights, cli=False)
     progress: bool = option(False, "display only: a tqdm bar on stderr of the method's Ipopt "
-                            "solves, SCIP's solve or the decentralised outer iterations (the "
-                            "command-level --progress/--no-progress)", display=True)
+                            "solves, SCIP's solved nodes or the decentralised outer iterations "
+                            "(the command-level --progress/--no-progress)", display=True)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

@@ -46,7 +46,8 @@ def register(subparsers) -> None:
         "estimate", help="estimates of L, Theta_i, zeta1, zeta2 and sigma_i from data",
         description="The paper's Monte-Carlo estimators (Appendix 'ML Parameter Estimation') of "
                     "L, Theta_i, zeta1, zeta2 (scaled by --scale) and each DPU's data standard "
-                    "deviation sigma_i (docs/training.md; measured exactly, not scaled), one-shot on "
+                    "deviation sigma_i (docs/training.md; measured exactly, not scaled), one-shot "
+                    "on "
                     "round 0's data or dynamic over the instance's rounds (running maximum). "
                     "Writes JSON; --apply writes the instance with the estimates (atomically; "
                     "it may name the input file to update it in place). Default weights xi are "

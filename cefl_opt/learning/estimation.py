@@ -337,8 +337,8 @@ def apply_estimates(instance: Instance, est: dict, *, renormalise: bool | None =
     """``instance.copy(L=..., Theta=..., zeta1=..., zeta2=..., sigma=...)`` from an ``estimate``
     dict (sigma only when the estimate has it).
 
-    renormalise: recompute the default weights xi1, xi2, xi3 (docs/formulation.md: each part 1 at the
-    reference orchestration) for the new constants. None (default): only when the instance's
+    renormalise: recompute the default weights xi1, xi2, xi3 (docs/formulation.md: each part 1
+    at the reference orchestration) for the new constants. None (default): only when the instance's
     weights are its defaults (so user-set weights are kept); the ML bound's scale moves by
     orders of magnitude with sigma, so stale default weights would let it swamp the rest."""
     from ..system import normalising_weights

@@ -3,8 +3,8 @@ trains on which data with which ``gamma`` and mini-batch size (and which orchest
 costs), ``aggregate_round`` turns the DPUs' results into the next global model. A new method is
 one small subclass.
 
-CE-FL (paper §II-D, docs/training.md): the round's ``rho_nb``/``rho_bs`` move samples UE -> BS -> DC;
-every DPU i with ``D_i > 0`` runs ``gamma_i`` FedProx steps and reports its normalised
+CE-FL (paper §II-D, docs/training.md): the round's ``rho_nb``/``rho_bs`` move samples UE -> BS ->
+DC; every DPU i with ``D_i > 0`` runs ``gamma_i`` FedProx steps and reports its normalised
 accumulated gradient ``d_i = (x_t - x_i) / (eta ||a_i||_1)`` (``eq:normalGrad``) with
 ``a_{i,l} = (1 - eta mu)^(gamma_i - 1 - l)``; the aggregator applies
 ``x_{t+1} = x_t - vartheta eta sum_i (D_i / D) d_i`` (``eq:11M``).

@@ -1,5 +1,5 @@
-"""The CE-FL round loop (docs/training.md): partition -> strategy.configure_round -> FedProx local steps
--> strategy.aggregate_round -> test accuracy/loss and the round's delay/energy.
+"""The CE-FL round loop (docs/training.md): partition -> strategy.configure_round -> FedProx
+local steps -> strategy.aggregate_round -> test accuracy/loss and the round's delay/energy.
 
 Step size. The instance's ``eta`` (0.001, the paper's table) is the step size the *bound* of
 Problem P uses; with it a real network barely moves in a few rounds. The trainer's step size is
