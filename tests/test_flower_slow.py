@@ -81,8 +81,8 @@ def net_files(tmp_path):
 
 def test_deployment_engine_on_localhost(net_files):
     """`flower-superlink --insecure` and two `flower-supernode`s on 127.0.0.1, `flwr run
-    flower_app` for 3 rounds with the app's run config (only paths, dataset, train-rounds and nodes
-    set): the ServerApp writes the same CSV and targets table, byte for byte, as `cefl-opt train
+    flower_app` for 3 rounds with the app's run config (only paths, dataset, train-rounds and
+    nodes set): the ServerApp writes the same CSV and targets table, byte for byte, as `cefl-opt train
     --engine local` with the same options (3 DPUs on 2 SuperNodes). Same thread count on both
     sides (the run config's threads = 1): a different count may change the last bits."""
     tmp = net_files
