@@ -1,6 +1,7 @@
 """`cefl-opt train` / `cefl-opt estimate` through `cefl_opt.cli.learning.register`."""
 import argparse
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -198,3 +199,26 @@ def test_parse_targets():
     for bad in ("", "0", "x", "0.5,1.2"):
         with pytest.raises(InputError):
             parse_targets(bad)
+
+
+def test_train_options_check_values_in_python_too():
+    from cefl_opt.learning.options import TrainOptions
+    base = dict(net="n.json", sol="s.json", out="h.csv", dataset="digits")
+    o = TrainOptions(**base, train_rounds=4, lr=0.1, mu=0.0, baseline_params="own",
+                     targets="0.5,0.9", aggregator=1)
+    kw = o.trainer_kwargs(progress=False)
+    assert kw == dict(method="cefl", rounds=4, model="mlp", lr=0.1, mu=0.0, seed=0,
+                      targets=[0.5, 0.9], vartheta=None, aggregator=1, average=False,
+                      test_max=None, progress=False)
+    assert TrainOptions(**base).trainer_kwargs(progress=True)["targets"] == [0.6, 0.7, 0.8]
+    assert TrainOptions(**{**base, "dataset": "cifar10"}).trainer_kwargs(
+        progress=True)["targets"] == [0.4, 0.5, 0.6]
+    for bad, needle in (({"train_rounds": 0}, "'--train-rounds' must be an integer >= 1"),
+                        ({"lr": 0.0}, "'--lr' must be a finite number > 0"),
+                        ({"mu": -0.5}, "'--mu' must be a finite number >= 0"),
+                        ({"method": "fedsgd"}, "'--method' value 'fedsgd' is not one of"),
+                        ({"targets": "0,1"}, "'--targets' must be accuracies in (0, 1]"),
+                        ({"vartheta": "big"}, "'--vartheta' must be 'tau_eff' or a positive")):
+        with pytest.raises(InputError, match=re.escape(needle)):
+            TrainOptions(**{**base, **bad})
+    assert TrainOptions(**{**base, "train_rounds": 1, "mu": 0}).mu == 0.0   # the boundaries

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
                    help="local: the in-process trainer (default); flower: the same rounds as a "
                         "Flower app in Flower's simulation engine (Ray), one SuperNode per DPU. "
                         "Exit 4 if a SuperNode fails (nothing written)")
-    p.add_argument("--flower-cpus", type=COUNT, default=2,
+    p.add_argument("--flower-cpus", type=COUNT, default=2, metavar="N",
                    help="--engine flower: CPUs Ray may use, one ClientApp per CPU (default 2)")
     p.set_defaults(func=cmd_train)
 

@@ -71,11 +71,12 @@ def _vartheta(text: str) -> str:
 
 def opt(default: Any, help: str, *, parse: Callable[[str], Any] | None = str,
         choices: tuple[str, ...] | None = None, positional: bool = False,
-        required: bool = False) -> Any:
+        required: bool = False, metavar: str | None = None) -> Any:
     """One training option: default, help, the parser of its text (flags and run config),
     choices, and whether the command line takes it as a positional or required argument."""
     return field(default=default, metadata={"help": help, "parse": parse, "choices": choices,
-                                            "positional": positional, "required": required})
+                                            "positional": positional, "required": required,
+                                            "metavar": metavar})
 
 
 COUNT, SEED = _number(lo=1, integer=True), _number(lo=0, integer=True)
@@ -89,31 +90,35 @@ class TrainOptions:
     net: str = opt("", "instance JSON (cefl-instance/2)", positional=True)
     sol: str = opt("", "solution JSON (cefl-solution/1) for the same instance", positional=True)
     out: str = opt("", "per-round CSV (written atomically); the targets table goes next to it "
-                   "as <stem>.targets.csv", required=True)
+                   "as <stem>.targets.csv", required=True, metavar="CSV")
     dataset: str = opt("", "data set", choices=DATASETS, required=True)
     data_dir: str | None = opt(None, "data directory (Fashion-MNIST override; required for "
-                               "cifar10)")
+                               "cifar10)", metavar="DIR")
     model: str = opt("mlp", "model", choices=MODELS)
     train_rounds: int = opt(20, "training rounds (rounds beyond the instance's T cycle its "
-                            "rounds)", parse=COUNT)
+                            "rounds)", parse=COUNT, metavar="N")
     targets: str | None = opt(None, "comma-separated target accuracies (default: 0.6,0.7,0.8; "
-                              "cifar10 0.4,0.5,0.6)", parse=_targets)
+                              "cifar10 0.4,0.5,0.6)", parse=_targets, metavar="LIST")
     method: str = opt("cefl", "training method", choices=("cefl", "fednova", "fedavg"))
-    seed: int = opt(0, "seed of the data partition, the model and the mini-batches", parse=SEED)
+    seed: int = opt(0, "seed of the data partition, the model and the mini-batches", parse=SEED,
+                    metavar="N")
     lr: float = opt(DEFAULT_LR, f"local SGD step size (default {DEFAULT_LR})",
-                    parse=_number(lo=0, lo_open=True))
+                    parse=_number(lo=0, lo_open=True), metavar="X")
     mu: float | None = opt(None, "FedProx weight (default: the instance's mu)",
-                           parse=_number(lo=0))
+                           parse=_number(lo=0), metavar="X")
     vartheta: str | None = opt(None, "aggregation scale of eq:11M; default: the instance's "
                                "(vartheta_mode 'tau_eff': FedNova's tau_eff; 'constant': its "
                                "vartheta), so the trainer and P's bound use the same; 'tau_eff' "
-                               "or a number overrides", parse=_vartheta)
-    aggregator: int = opt(0, "fixed aggregator DC of the FedNova/FedAvg baselines", parse=SEED)
+                               "or a number overrides", parse=_vartheta,
+                               metavar="V")
+    aggregator: int = opt(0, "fixed aggregator DC of the FedNova/FedAvg baselines", parse=SEED,
+                          metavar="S")
     baseline_params: str = opt("average", "FedNova/FedAvg: every UE at the round's average f, "
                                "m, gamma of the solution (the paper's) or each UE at its own",
                                choices=("average", "own"))
-    test_max: int | None = opt(None, "evaluate on the first N test samples only", parse=COUNT)
-    threads: int | None = opt(None, "torch CPU threads", parse=COUNT)
+    test_max: int | None = opt(None, "evaluate on the first N test samples only",
+                               parse=COUNT, metavar="N")
+    threads: int | None = opt(None, "torch CPU threads", parse=COUNT, metavar="N")
     allow_infeasible: bool = opt(False, "train under a solution that violates a constraint of "
                                  "P (refused by default, exit 2, naming the worst violation)",
                                  parse=None)
@@ -206,6 +211,8 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                 kw["choices"] = meta["choices"]
             elif meta["parse"] is not str:
                 kw["type"] = _argtype(meta["parse"])
+            if meta["metavar"]:
+                kw["metavar"] = meta["metavar"]
         p.add_argument(flag_of(f), **kw)
 
 
