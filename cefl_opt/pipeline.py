@@ -1,4 +1,4 @@
-"""`cefl-opt run`: the toolkit's main job (issue 6).
+"""`cefl-opt run`: the toolkit's main job (docs/install.md).
 
 Generate the default `paper` instance, measure its ML constants (L, Theta, zeta1, zeta2, sigma:
 `cefl-opt estimate --dynamic` on the run's data set and the instance's partition, computed once and
@@ -30,14 +30,14 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
                  methods: list[str] | None = None, data=None, dataset: str = "fmnist",
                  train: bool = True, train_rounds: int = 30, targets: list[float] | None = None,
                  model: str = "mlp", measure: bool = True,
-                 cache_dir: str | Path = "results/cache") -> Path:
+                 cache_dir: str | Path = "results/cache", progress: bool = True) -> Path:
     """Write the report into the existing folder `out`; return the path of report.md.
 
     Arguments are assumed checked (``cefl-opt run`` checks them all before calling);
     `data` is the loaded data set ``(X_train, y_train, X_test, y_test)`` (needed to measure the
     ML constants, `measure`, and to train, `train`).
     """
-    from cefl_opt.solvers.base import method_spec, solve
+    from cefl_opt.solvers.base import solve
     from cefl_opt.solvers.isolation import NativeCrash
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
@@ -59,8 +59,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     rows, sols = [], {}
     for meth in meths:
         print(f"[2/3] solving P with {meth} ...", flush=True)
-        names = method_spec(meth).options_class().names()
-        kw = {"progress": True} if "progress" in names else {}
+        kw = {"progress": progress}     # a display switch every method takes
         if meth in TRACED:
             kw["trace_path"] = str(out / f"trace_{meth}.csv")
         try:
@@ -105,7 +104,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
             print(f"[3/3] training {method} on {dataset} ({train_rounds} rounds) ...",
                   flush=True)
             tr = run_training(inst, sols[cefl_src], data, method=method, rounds=train_rounds,
-                              model=model, seed=seed, targets=targets, progress=True)
+                              model=model, seed=seed, targets=targets, progress=progress)
             h = tr.history.assign(method=method)
             hist.append(h)
             train_tables[method] = tr.targets.assign(method=method)
@@ -119,7 +118,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
 
 
 def _dec_columns(info: dict) -> dict:
-    """The decentralised methods' accounting (issue 10): stop reason, iterations, the central
+    """The decentralised methods' accounting: stop reason, iterations, the central
     steps they took and messages per node and outer iteration; empty for other methods."""
     if "central_steps" not in info:
         return {}

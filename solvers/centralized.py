@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -93,6 +94,7 @@ class FixedNLP:
                 for v in self.model.ue[n].rho.values():
                     v.fix(0.0)
         self.n_solves = 0
+        self.bar = None              # a tqdm bar of the Ipopt solves (option progress)
         self.association_moves = 0
         self.retries = 0
         self.iterations = 0
@@ -131,6 +133,8 @@ class FixedNLP:
                     v.fix(0.0)
         res = self.solver.solve(m, tee=False, options=options)
         self.n_solves += 1
+        if self.bar is not None:
+            self.bar.update(1)
         tc = res.solver.termination_condition
         self.iterations += int(getattr(res.solver, "iterations", 0) or 0)
         status = {PyoTC.optimal: TerminationCondition.locallyOptimal,
@@ -172,6 +176,8 @@ def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
 
 def _finish(method: str, inst: Instance, sol: Solution | None, status: TerminationCondition,
             nlp: FixedNLP, opts: IpoptOptions, info: dict[str, Any] | None = None) -> Results:
+    if nlp.bar is not None:
+        nlp.bar.close()
     info = dict(info or {})
     info.update(ipopt_solves=nlp.n_solves, ipopt_retries=nlp.retries,
                 association_moves=nlp.association_moves)
@@ -192,7 +198,7 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
     """`ipopt-enum`: every constant aggregator schedule [s] * T, both greedy rules and
     `starts - 1` random schedules, each solved as its baseline solves it; coordinate sweeps over
     each round's aggregator from the best `starts` of them; a final association repair."""
-    nlp = _nlp(inst, opts)
+    nlp = _nlp(inst, opts, label="ipopt-enum")
     rng = np.random.default_rng(opts.seed)
     best: tuple[float, Solution | None, TerminationCondition] = (math.inf, None,
                                                                  TerminationCondition.error)
@@ -242,14 +248,19 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
                     [r.aggregator for r in best[1].rounds]})
 
 
-def _nlp(inst: Instance, opts: IpoptOptions, *, no_offload: bool = False) -> FixedNLP:
-    return FixedNLP(inst, bound=opts.bound, weights=opts.weights, no_offload=no_offload,
-                    ipopt_options=opts.ipopt_options, time_limit=opts.time_limit)
+def _nlp(inst: Instance, opts: IpoptOptions, *, no_offload: bool = False,
+         label: str = "ipopt") -> FixedNLP:
+    nlp = FixedNLP(inst, bound=opts.bound, weights=opts.weights, no_offload=no_offload,
+                   ipopt_options=opts.ipopt_options, time_limit=opts.time_limit)
+    if opts.progress:   # display only: a bar of the Ipopt solves on stderr
+        from tqdm import tqdm
+        nlp.bar = tqdm(desc=label, unit=" Ipopt solves", file=sys.stderr)
+    return nlp
 
 
 def _fixed_choice(method: str, inst: Instance, aggs: Sequence[int], opts: IpoptOptions, *,
                   no_offload: bool = False) -> Results:
-    nlp = _nlp(inst, opts, no_offload=no_offload)
+    nlp = _nlp(inst, opts, no_offload=no_offload, label=method)
     sol, st, _obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=opts.assoc_repair)
     return _finish(method, inst, sol, st, nlp, opts, {"aggregators": list(map(int, aggs))})
 

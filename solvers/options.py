@@ -9,12 +9,18 @@ only ever receives checked values; an error names the option (not a CLI flag) an
     >>> ScipOptions(gap=float("nan"))
     OptionError: option 'gap' must be a finite number, got nan
 
-`build_options(cls, values)` rejects unknown keys (`UnknownOptionError`). `add_option_flags`
-generates argparse flags from the fields (`--time-limit` for `time_limit`; booleans as
-`--x/--no-x`) and `options_from_args` builds the options object of one method from the parsed
-arguments, so `cefl-opt solve`'s flags come from these declarations.
+`build_options(cls, values)` rejects unknown keys (`UnknownOptionError`). The command line of
+`cefl-opt solve` comes from these declarations: `add_option_flags` generates a flag for each
+commonly used field (`--time-limit` for `time_limit`; booleans as `--x/--no-x`),
+`add_setting_flags` adds `--set KEY=VALUE` and `--options FILE.toml`, which reach every
+algorithm option by name, and `options_from_args` builds the options object of one method from
+the parsed arguments; `describe_options` is `--list-options`. The field `progress` of every
+class is a display switch (the command-level `--progress/--no-progress`), not an algorithm
+option.
 
-This module is light (numpy only): it can be imported without Pyomo or any solver.
+`DecentralizedOptions` is derived from `primal_dual.PDConstants` (one override per field,
+documented by `PD_CONSTANT_DOCS`) when first used. Importing this module, and the options of
+the Ipopt methods and SCIP, loads neither Pyomo nor any solver.
 """
 from __future__ import annotations
 
@@ -43,12 +49,17 @@ class UnknownOptionError(OptionError):
 # ---------------------------------------------------------------------- field declarations
 def option(default: Any, doc: str, *, check: Check | None = None,
            choices: tuple[str, ...] | None = None, cli: bool = True, flag: str | None = None,
-           metavar: str | None = None, default_doc: str | None = None) -> Any:
+           metavar: str | None = None, default_doc: str | None = None, flagged: bool = True,
+           display: bool = False) -> Any:
     """Declare one option: default, documentation, validation (`check` returns a reason or
-    None; `choices` for strings) and how it appears on the command line (`cli=False`: Python
-    API only; `flag` overrides the generated `--name-with-dashes`)."""
+    None; `choices` for strings) and how it appears on the command line: `cli=False`: Python
+    API and `--options FILE` only; `flagged=False`: no flag of its own, set with
+    `--set KEY=VALUE` or `--options FILE`; `flag` overrides the generated `--name-with-dashes`;
+    `display=True`: a display switch (progress bar), set by the command-level
+    `--progress/--no-progress`, not an algorithm option."""
     meta = {"doc": doc, "check": check, "choices": choices, "cli": cli, "flag": flag,
-            "metavar": metavar, "default_doc": default_doc}
+            "metavar": metavar, "default_doc": default_doc, "flagged": flagged,
+            "display": display}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -143,6 +154,9 @@ class MethodOptions:
                         "general (Theorem 1, eq:GenConvBound)", choices=BOUND_FORMS)
     weights: dict | None = option(None, "overrides of the objective weights xi1, xi2, xi3 "
                                   "(the instance's by default)", check=_weights, cli=False)
+    progress: bool = option(False, "display only: a tqdm bar on stderr of the method's Ipopt "
+                            "solves, SCIP's solved nodes or the decentralised outer iterations "
+                            "(the command-level --progress/--no-progress)", display=True)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -188,14 +202,14 @@ class IpoptOptions(MethodOptions):
 
     time_limit: float | None = option(None, "seconds of CPU time per Ipopt solve (Ipopt's "
                                       "max_cpu_time; none: no limit)", check=positive)
-    assoc_repair: bool = option(True, "repair the UE-BS associations by the objective of P "
-                                "after the first Ipopt solve (cefl_opt.association)")
+    assoc_repair: bool = option(True, "repair the UE-BS associations after the first Ipopt "
+                                "solve (by the objective of P: cefl_opt.association)")
     ipopt_options: dict = option({}, "extra Ipopt options (name -> value)", cli=False)
 
 
 @dataclass(frozen=True)
 class IpoptEnumOptions(IpoptOptions):
-    sweeps: int = option(1, "coordinate sweeps over the aggregator of each round",
+    sweeps: int = option(1, "coordinate sweeps over each round's aggregator",
                          check=at_least(1))
     starts: int = option(1, "sweep starts: the best candidates, plus starts - 1 random aggregator "
                          "sequences among the candidates", check=at_least(1))
@@ -204,7 +218,7 @@ class IpoptEnumOptions(IpoptOptions):
 
 @dataclass(frozen=True)
 class FixedOptions(IpoptOptions):
-    aggregator: int = option(0, "the DC index s used as aggregator in every round",
+    aggregator: int = option(0, "DC index s of the aggregator of every round",
                              check=at_least(0))
 
 
@@ -225,123 +239,150 @@ class ScipOptions(MethodOptions):
     gap: float = option(1e-6, "relative gap at which SCIP stops (limits/gap)", check=at_least(0))
     threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
     seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
-    warm: bool = option(True, "give SCIP the reference orchestration as a start")
+    warm: bool = option(True, "start SCIP from the reference orchestration")
     scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
 
 
-#: PDConstants fields (solvers/primal_dual.py) that `DecentralizedOptions` can override
-PD_CONSTANT_FIELDS = ("lambda1", "L_C", "zeta", "rel", "restart", "inner_iters", "inner_tol",
-                      "outer_tol", "viol_tol", "force_after", "rho0", "rho_growth", "rho_max",
-                      "max_outer", "dual_cap", "curvature", "tol_ratio", "inner", "stat_tol",
-                      "L_max", "restore", "prox_min", "binary_patience", "live_only",
-                      "descent", "stall_tol", "stall_window", "move_passes")
 _PRESET = "the preset's"
 
-
-def _preset(default_doc: str = _PRESET, **kw: Any) -> dict[str, Any]:
-    return {"default_doc": default_doc, **kw}
+#: The meaning and check of each `PDConstants` field (solvers/primal_dual.py), keyed by field
+#: name: the one table that documents the overrides (tests check it covers exactly the fields).
+#: `DecentralizedOptions` gets one override per field, typed as the field, None by default.
+PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = {
+    "max_outer": ("K: outer SCA iterations per phase (Alg. 1)", at_least(1), None),
+    "lambda1": ("prox weight of the surrogate objective", positive, None),
+    "L_C": ("initial prox weight of each coupling row", positive, None),
+    "zeta": ("outer step (eqn:NOVA param update)", in_interval(0.0, 1.0, lo_open=True), None),
+    "rel": ("inner step factor", positive, None),
+    "restart": ("FISTA restart period", at_least(1), None),
+    "inner_iters": ("inner iterations per surrogate (Alg. 2)", at_least(1), None),
+    "inner_tol": ("KKT residual at which the inner loop stops", positive, None),
+    "outer_tol": ("step (scaled inf-norm) at which Alg. 1 stops", positive, None),
+    "viol_tol": ("largest scaled violation accepted at the stop", positive, None),
+    "stat_tol": ("curvature-weighted step max_i q_i |du_i| at which Alg. 1 also stops",
+                 positive, None),
+    "L_max": ("cap of the per-row prox weights L_k", positive, None),
+    "force_after": ("outer iterations before the binary forcing acts", at_least(0), None),
+    "rho0": ("initial weight of the forcing penalty", positive, None),
+    "rho_growth": ("growth of the forcing penalty per outer iteration", at_least(1), None),
+    "rho_max": ("cap of the forcing penalty", positive, None),
+    "dual_cap": ("upper bound on every multiplier", positive, None),
+    "curvature": ("add the Lagrangian's Hessian diagonal to the prox", None, None),
+    "tol_ratio": ("inner tolerance relative to the last outer step", positive, None),
+    "inner": ("inner method", None, ("pdhg", "fista")),
+    "restore": ("after each outer step, raise the epigraph variables of the max terms until "
+                "their rows hold", None, None),
+    "prox_min": ("floor of the per-variable factor on lambda1 that shrinks while a variable "
+                 "keeps moving one way (1: off)", in_interval(0.0, 1.0, lo_open=True), None),
+    "binary_patience": ("outer iterations with every indicator binary (and the rows held) after "
+                        "which the relaxed phase hands over to the finishing phase (0: only on "
+                        "convergence)", at_least(0), None),
+    "live_only": ("finishing phase: the surrogates keep only the Jacobian entries that can be "
+                  "nonzero with the indicators fixed", None, None),
+    "descent": ("finishing phase: reject a step that raises the objective (the outer step "
+                "zeta is halved)", None, None),
+    "stall_tol": ("finishing phase: stop ('stalled') when the objective fell by at most this "
+                  "(relative) over the last stall_window outer iterations, accepted or rejected "
+                  "(0: off)", at_least(0), None),
+    "stall_window": ("outer iterations of the stall test", at_least(1), None),
+    "move_passes": ("passes of node-local association moves between rounding and the finishing "
+                    "phase (0: off)", at_least(0), None),
+}
+#: PDConstants fields that keep a flag of their own; the others are set with --set/--options
+PD_FLAGGED = ("max_outer",)
 
 
 @dataclass(frozen=True)
-class DecentralizedOptions(MethodOptions):
-    """decentralized, decentralized-polish and centralized-pd (paper §V). The algorithm
-    constants come from the preset `constants`; each PDConstants field set here (not None)
-    overrides the preset's value."""
+class _DecentralizedBase(MethodOptions):
+    """The decentralised methods' own options; `DecentralizedOptions` adds the overrides of
+    the preset's PDConstants."""
 
     consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
                                    "as the relay depth, exact aggregation; ignored by "
                                    "centralized-pd)", check=at_least(0))
     constants: str = option("tuned", "algorithm constants: the tuned defaults or the paper's "
-                            "outer step (SPEC §5)", choices=("tuned", "paper"))
+                            "outer step (docs/decentralized.md)", choices=("tuned", "paper"))
     init: str = option("relaxed", "initial point: indicators at the centre of their simplices, "
                        "or the reference orchestration", choices=("relaxed", "reference"))
     seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0))
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
                                     flag="--trace", metavar="FILE")
-    progress: bool = option(False, "show a progress bar of the outer iterations")
     backend: str = option("local", "message passing: every node in this process, or the nodes "
                           "spread over the processes of `mpiexec -n R` (decentralized only; "
                           "process 0 writes the solution)", choices=("local", "mpi"))
     ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
                                  cli=False)
-    # ---- overrides of the preset's PDConstants (None: the preset's value)
-    max_outer: int | None = option(None, "K: outer SCA iterations per phase (Alg. 1)",
-                                   check=at_least(1), **_preset())
-    lambda1: float | None = option(None, "prox weight of the surrogate objective",
-                                   check=positive, **_preset())
-    L_C: float | None = option(None, "initial prox weight of each coupling row",
-                               check=positive, flag="--l-c", **_preset())
-    zeta: float | None = option(None, "outer step (eqn:NOVA param update)",
-                                check=in_interval(0.0, 1.0, lo_open=True), **_preset())
-    rel: float | None = option(None, "inner step factor", check=positive, **_preset())
-    restart: int | None = option(None, "FISTA restart period", check=at_least(1), **_preset())
-    inner_iters: int | None = option(None, "inner iterations per surrogate (Alg. 2)",
-                                     check=at_least(1), **_preset())
-    inner_tol: float | None = option(None, "KKT residual at which the inner loop stops",
-                                     check=positive, **_preset())
-    outer_tol: float | None = option(None, "step (scaled inf-norm) at which Alg. 1 stops",
-                                     check=positive, **_preset())
-    viol_tol: float | None = option(None, "largest scaled violation accepted at the stop",
-                                    check=positive, **_preset())
-    stat_tol: float | None = option(None, "curvature-weighted step max_i q_i |du_i| at which "
-                                    "Alg. 1 also stops", check=positive, **_preset())
-    L_max: float | None = option(None, "cap of the per-row prox weights L_k", check=positive,
-                                 **_preset())
-    force_after: int | None = option(None, "outer iterations before the binary forcing acts",
-                                     check=at_least(0), **_preset())
-    rho0: float | None = option(None, "initial weight of the forcing penalty", check=positive,
-                                **_preset())
-    rho_growth: float | None = option(None, "growth of the forcing penalty per outer iteration",
-                                      check=at_least(1), **_preset())
-    rho_max: float | None = option(None, "cap of the forcing penalty", check=positive,
-                                   **_preset())
-    dual_cap: float | None = option(None, "upper bound on every multiplier", check=positive,
-                                    **_preset())
-    curvature: bool | None = option(None, "add the Lagrangian's Hessian diagonal to the prox",
-                                    **_preset())
-    tol_ratio: float | None = option(None, "inner tolerance relative to the last outer step",
-                                     check=positive, **_preset())
-    inner: str | None = option(None, "inner method", choices=("pdhg", "fista"), **_preset())
-    restore: bool | None = option(None, "after each outer step, raise the epigraph variables "
-                                  "of the max terms until their rows hold", **_preset())
-    prox_min: float | None = option(None, "floor of the per-variable factor on lambda1 that "
-                                    "shrinks while a variable keeps moving one way (1: off)",
-                                    check=in_interval(0.0, 1.0, lo_open=True), **_preset())
-    binary_patience: int | None = option(None, "outer iterations with every indicator binary "
-                                         "(and the rows held) after which the relaxed phase "
-                                         "hands over to the finishing phase (0: only on "
-                                         "convergence)", check=at_least(0), **_preset())
-    live_only: bool | None = option(None, "finishing phase: the surrogates keep only the Jacobian "
-                                    "entries that can be nonzero with the indicators fixed",
-                                    **_preset())
-    descent: bool | None = option(None, "finishing phase: reject a step that raises the "
-                                  "objective (the outer step zeta is halved)", **_preset())
-    stall_tol: float | None = option(None, "finishing phase: stop ('stalled') when the objective "
-                                     "fell by at most this (relative) over the last "
-                                     "stall_window outer iterations, accepted or "
-                                     "rejected (0: off)",
-                                     check=at_least(0), **_preset())
-    stall_window: int | None = option(None, "outer iterations of the stall test",
-                                      check=at_least(1), **_preset())
-    move_passes: int | None = option(None, "passes of node-local association moves between "
-                                     "rounding and the finishing phase (0: off)",
-                                     check=at_least(0), **_preset())
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""
         out: dict[str, Any] = {"preset": self.constants}
-        out.update({k: getattr(self, k) for k in PD_CONSTANT_FIELDS
+        out.update({k: getattr(self, k) for k in pd_constant_fields()
                     if getattr(self, k) is not None})
         return out
 
 
-# ---------------------------------------------------------------------- argparse
+def pd_constant_fields() -> tuple[str, ...]:
+    """The field names of `primal_dual.PDConstants`, in its order (imports the solver module,
+    which loads Pyomo: only on first use)."""
+    from .primal_dual import PDConstants
+    return tuple(f.name for f in dataclasses.fields(PDConstants))
+
+
+def _decentralized_options() -> type:
+    """`DecentralizedOptions`: `_DecentralizedBase` plus one override per PDConstants field
+    (typed as the field, or None: the preset's value), documented by `PD_CONSTANT_DOCS`."""
+    from .primal_dual import PDConstants
+    hints = typing.get_type_hints(PDConstants)
+    extra = []
+    for f in dataclasses.fields(PDConstants):
+        doc, check, choices = PD_CONSTANT_DOCS[f.name]   # KeyError: a field without a doc
+        extra.append((f.name, hints[f.name] | None,
+                      option(None, doc, check=check, choices=choices, default_doc=_PRESET,
+                             flagged=f.name in PD_FLAGGED)))
+    cls = dataclasses.make_dataclass(
+        "DecentralizedOptions", extra, bases=(_DecentralizedBase,), frozen=True,
+        namespace={"__doc__": "decentralized, decentralized-polish and centralized-pd (paper "
+                              "§V). The algorithm constants come from the preset `constants`; "
+                              "each PDConstants field set here (not None) overrides the "
+                              "preset's value."})
+    cls.__module__ = __name__
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    """`DecentralizedOptions` and `PD_CONSTANT_FIELDS`, derived from `primal_dual.PDConstants`
+    on first use (so that importing this module loads no solver and no Pyomo)."""
+    if name == "DecentralizedOptions":
+        globals()[name] = _decentralized_options()
+        return globals()[name]
+    if name == "PD_CONSTANT_FIELDS":
+        globals()[name] = pd_constant_fields()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------- command line
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
 def cli_fields(cls: type[MethodOptions]) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+    """The fields with a flag of their own (`add_option_flags`)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)
+            and f.metadata.get("flagged", True) and not f.metadata.get("display")]
+
+
+def settable_fields(cls: type[MethodOptions]) -> list[dataclasses.Field]:
+    """The algorithm options that `--set KEY=VALUE` can set: every command-line field but the
+    display switches (the flagged ones too, under their field name)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)
+            and not f.metadata.get("display")]
+
+
+def file_fields(cls: type[MethodOptions]) -> list[dataclasses.Field]:
+    """The options an `--options FILE.toml` can set: every field but the display switches
+    (the mappings, e.g. ipopt_options, as TOML tables)."""
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("display")]
 
 
 def _parse_optional(conv: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -351,12 +392,35 @@ def _parse_optional(conv: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _short(doc: str) -> str:
+    """The first clause of an option's documentation (the --help line; the options reference
+    and --list-options give it whole)."""
+    for stop in (" (", "; ", ": "):
+        k = doc.find(stop)
+        if 0 < k < len(doc) and not (stop == ": " and k < 4):
+            doc = doc[:k]
+    return doc
+
+
+def _methods_label(meths: list[str], classes: Mapping[str, type[MethodOptions]]) -> str:
+    """`meths` in few words: "all methods", or the Ipopt and decentralised groups by name."""
+    if len(meths) == len(classes):
+        return "all methods"
+    rest, parts = set(meths), []
+    for word, group in (("Ipopt methods", IpoptOptions), ("decentralised", _DecentralizedBase)):
+        members = {m for m, c in classes.items() if issubclass(c, group)}
+        if members and members <= rest:
+            parts.append(word)
+            rest -= members
+    return ", ".join(parts + sorted(rest))
+
+
 def add_option_flags(parser: argparse.ArgumentParser,
                      classes: Mapping[str, type[MethodOptions]]) -> None:
-    """Add one flag per command-line field of the options classes of `classes` (method name ->
-    options class). A field shared by several methods becomes one flag; its help lists the
-    methods and each one's default. Flags default to absent (argparse.SUPPRESS): a method's
-    own default applies unless the flag is given."""
+    """Add one flag per flagged field (`cli_fields`) of the options classes of `classes`
+    (method name -> options class). A field shared by several methods becomes one flag; its
+    help names the methods. Flags default to absent (argparse.SUPPRESS): a method's own
+    default applies unless the flag is given."""
     by_name: dict[str, list[tuple[str, dataclasses.Field, Any]]] = {}
     for meth, cls in classes.items():
         hints = typing.get_type_hints(cls)
@@ -369,16 +433,11 @@ def add_option_flags(parser: argparse.ArgumentParser,
                 raise TypeError(f"option {name!r} of {meth!r} differs in type or flag from "
                                 f"{_meth0!r}")
         base, optional = _split_optional(hint0)
-        parts: dict[str, list[str]] = {}  # "doc (default d)" -> methods
-        for meth, f, _h in uses:
-            d = f.metadata.get("default_doc") or (
-                repr(f.default) if f.default is not dataclasses.MISSING else "{}")
-            parts.setdefault(f"{f.metadata['doc']} (default {d})", []).append(meth)
-        every = len(parts) == 1 and len(uses) == len(classes)
-        help_ = "; ".join(("all methods" if every else ", ".join(ms)) + f": {text}"
-                          for text, ms in parts.items())
-        help_ = help_.replace("%", "%%")
-        kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_}
+        same = len({u[1].metadata["doc"] for u in uses}) == 1
+        where = _methods_label([u[0] for u in uses], classes)
+        help_ = f"{_short(f0.metadata['doc'])} [{where}]" if same else f"[{where}]"
+        kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS,
+                              "help": help_.replace("%", "%%")}
         if base is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
@@ -386,15 +445,101 @@ def add_option_flags(parser: argparse.ArgumentParser,
             kw["type"] = _parse_optional(conv) if optional else conv
             if f0.metadata.get("choices"):
                 kw["choices"] = f0.metadata["choices"]
-            if f0.metadata.get("metavar"):
-                kw["metavar"] = f0.metadata["metavar"]
+            kw["metavar"] = f0.metadata.get("metavar") or (
+                "{" + ",".join(f0.metadata["choices"]) + "}" if f0.metadata.get("choices")
+                else {int: "N", float: "X", str: "TEXT"}[base])
         parser.add_argument(_flag(f0), **kw)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """`--set KEY=VALUE` (repeatable) and `--options FILE.toml`: any algorithm option of the
+    method by its field name (`--list-options` lists them)."""
+    parser.add_argument("--set", dest="set_items", action="append", default=[],
+                        metavar="KEY=VALUE", help="set an option by name (repeatable)")
+    parser.add_argument("--options", dest="options_file", default=None, metavar="FILE",
+                        help="TOML file of KEY = VALUE options")
+
+
+def _resolve_key(cls: type[MethodOptions], key: str, fields: list[dataclasses.Field],
+                 where: str) -> str:
+    """The field name `key` names (dashes or underscores, any case); UnknownOptionError
+    naming the key and listing the valid ones."""
+    names = [f.name for f in fields]
+    norm = key.strip().replace("-", "_")
+    if norm in names:
+        return norm
+    match = [n for n in names if n.lower() == norm.lower()]
+    if len(match) == 1:
+        return match[0]
+    raise UnknownOptionError(f"unknown option {key!r} ({where}); {cls.__name__} takes: "
+                             f"{', '.join(names)}")
+
+
+def parse_text(name: str, text: str, hint: Any) -> Any:
+    """The value of option `name` written as `text` (a --set value): true/false for booleans,
+    'none' for an option that may be None; OptionError naming the option and the text."""
+    base, optional = _split_optional(hint)
+    t = text.strip()
+    if optional and t.lower() == "none":
+        return None
+    base = typing.get_origin(base) or base
+    try:
+        if base is bool:
+            b = {"true": True, "yes": True, "on": True, "1": True,
+                 "false": False, "no": False, "off": False, "0": False}.get(t.lower())
+            if b is None:
+                raise ValueError
+            return b
+        if base is int:
+            return int(t)
+        if base is float:
+            return float(t)
+        if base is str:
+            return text
+    except ValueError:
+        pass
+    else:
+        raise OptionError(f"option {name!r} cannot be set with --set (a mapping: use "
+                          f"--options FILE.toml)")
+    want = {bool: "true or false", int: "an integer", float: "a number"}[base]
+    raise OptionError(f"option {name!r} must be {want}, got {text!r}")
+
+
+def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str, Any]:
+    """{field: value} of `--set KEY=VALUE` items (the later of two for one key wins)."""
+    hints = typing.get_type_hints(cls)
+    fields = settable_fields(cls)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise OptionError(f"option '--set' value {item!r} is not KEY=VALUE")
+        name = _resolve_key(cls, key, fields, "--set")
+        out[name] = parse_text(name, text, hints[name])
+    return out
+
+
+def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
+    """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
+    typed; a mapping option as a table). A malformed file or an unknown key is an
+    OptionError naming it."""
+    import tomllib
+    with open(path, "rb") as fh:
+        try:
+            data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as e:
+            raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") \
+                from None
+    fields = file_fields(cls)
+    return {_resolve_key(cls, k, fields, f"in '{path}'"): v for k, v in data.items()}
 
 
 def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Namespace,
                       classes: Iterable[type[MethodOptions]]) -> MethodOptions:
-    """The options object of `method` from the flags given on the command line. A flag that
-    another method declares but `method` does not is an error (it would be ignored)."""
+    """The options object of `method` from the command line: `--options FILE`, then each
+    `--set KEY=VALUE`, then the flags (a later source overrides an earlier one), then the
+    display switch `--progress/--no-progress`. A flag that another method declares but
+    `method` does not is an error (it would be ignored)."""
     flags: dict[str, str] = {}
     for c in classes:
         flags.update({f.name: _flag(f) for f in cli_fields(c)})
@@ -405,4 +550,41 @@ def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Name
         raise UnknownOptionError(f"option {stray[0]!r} ({flags[stray[0]]}) does not apply to "
                                  f"method {method!r}; its options: "
                                  f"{', '.join(sorted(mine)) or 'none'}")
-    return build_options(cls, given)
+    values: dict[str, Any] = {}
+    if getattr(args, "options_file", None):
+        values.update(load_options_file(cls, args.options_file))
+    values.update(parse_set_items(cls, getattr(args, "set_items", None) or ()))
+    values.update(given)
+    if getattr(args, "progress", None) is not None and "progress" in cls.names():
+        values["progress"] = bool(args.progress)
+    return build_options(cls, values)
+
+
+def describe_options(method: str, cls: type[MethodOptions]) -> str:
+    """`cefl-opt solve --method M --list-options`: each algorithm option of `method` with its
+    type, default, check and meaning, and how to set it."""
+    hints = typing.get_type_hints(cls)
+    lines = [f"options of method {method!r} ({cls.__name__}): set each with --set KEY=VALUE, "
+             f"in --options FILE.toml, or with its flag where it has one"]
+    for f in file_fields(cls):
+        base, optional = _split_optional(hints[f.name])
+        typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
+        d = f.metadata.get("default_doc") or (
+            repr(f.default) if f.default is not dataclasses.MISSING else "{}")
+        how = (_flag(f) if f in cli_fields(cls) else "--set" if f.metadata.get("cli", True)
+               else "--options file only")
+        lines.append(f"  {f.name} ({typ}, default {d}; {how})")
+        rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
+                else _check_text(f.metadata.get("check")))
+        lines.append(f"      {f.metadata['doc']}" + (f" [{rule}]" if rule else ""))
+    return "\n".join(lines)
+
+
+def _check_text(check: Check | None) -> str:
+    b = getattr(check, "bounds", None)
+    if b is None:
+        return ""
+    lo, hi, lo_open, hi_open = b
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo:g}"
+    return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"

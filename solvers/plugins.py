@@ -5,7 +5,7 @@ One line per method: name, the function `fn(inst, options) -> Results` and the o
 the one-line description that `cefl-opt solve --help` shows, and the native solver it runs
 where that is not Ipopt (crash messages name it). Adding a method is one new
 module with its function and its options dataclass (a `solvers.options.MethodOptions`
-subclass) plus one line here (README, "Adding a solve method").
+subclass) plus one line here (docs/developer.md, "Adding a solve method").
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ PLUGINS: tuple[tuple[str, ...], ...] = (
     ("scip", "cefl_opt.solvers.scip:solve_scip", f"{_O}:ScipOptions",
      "SCIP global MINLP on the binary model: incumbent and proven lower bound", "SCIP"),
     ("decentralized", f"{_D}:run_decentralized", f"{_O}:DecentralizedOptions",
-     "paper §V, decentralised: SCA + accelerated primal-dual per node, neighbour messages only "
+     "decentralised SCA and primal-dual per node (paper §V): neighbour messages only "
      "(relayed), binaries by a forcing penalty, then a finishing SCA with the binaries fixed",
      _ASL),
     ("decentralized-polish", f"{_D}:run_decentralized_polish", f"{_O}:DecentralizedOptions",

@@ -4,6 +4,7 @@ optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -48,12 +49,16 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     if in_child():   # the parent process handles Ctrl-C and kills this one
         params["misc/catchctrlc"] = False
     params.update(opts.scip_options)
+    bar = _bar(opts.progress)
     try:
-        res = _ProgressScip().solve(m, tee=False, solver_options=params, load_solutions=False,
+        res = _ProgressScip(bar).solve(m, tee=False, solver_options=params, load_solutions=False,
                                     raise_exception_on_nonoptimal_result=False,
                                     warmstart_discrete_vars=opts.warm)
     except Exception as e:  # pragma: no cover - SCIP errors are reported, not hidden
         raise SolverError(f"SCIP failed: {e}") from e
+    finally:
+        if bar is not None:
+            bar.close()
     tc = res.termination_condition
     lower = _finite(res.objective_bound)
     status = {PyoTC.convergenceCriteriaSatisfied: TerminationCondition.convergenceCriteriaSatisfied,
@@ -92,21 +97,35 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _bar(progress: bool):
+    """The display switch: a tqdm bar on stderr of SCIP's solved nodes, or None."""
+    if not progress:
+        return None
+    from tqdm import tqdm
+    return tqdm(desc="scip", unit="node", file=sys.stderr)
+
+
 class _ProgressScip(ScipDirect):
     """Pyomo's direct SCIP interface, reporting SCIP's incumbent and proven bound as it goes
-    (`isolation.report_progress`: a crash message quotes the last ones)."""
+    (`isolation.report_progress`: a crash message quotes the last ones) and, given a tqdm
+    `bar`, counting the solved nodes on it."""
+
+    def __init__(self, bar=None, **kw):
+        super().__init__(**kw)
+        self.bar = bar
 
     def _create_solver_model(self, model, config):
         scip_model, loader, has_obj = super()._create_solver_model(model, config)
-        if in_child():
-            scip_model.includeEventhdlr(_progress_events(), "cefl_progress",
-                                        "reports incumbent and bound to the parent process")
+        if in_child() or self.bar is not None:
+            scip_model.includeEventhdlr(_progress_events(in_child(), self.bar), "cefl_progress",
+                                        "reports incumbent and bound as SCIP goes")
         return scip_model, loader, has_obj
 
 
-def _progress_events():
-    """A SCIP event handler that reports at each new incumbent, and at solved nodes at most
-    every 2 s (pyscipopt is imported here: the module loads without it)."""
+def _progress_events(report: bool = True, bar=None):
+    """A SCIP event handler that reports (`report`) at each new incumbent, and at solved nodes
+    at most every 2 s, and counts the solved nodes on `bar` (pyscipopt is imported here: the
+    module loads without it)."""
     from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
 
     events = SCIP_EVENTTYPE.BESTSOLFOUND | SCIP_EVENTTYPE.NODESOLVED
@@ -122,7 +141,10 @@ def _progress_events():
 
         def eventexec(self, event):
             now = time.monotonic()
-            if event.getType() != SCIP_EVENTTYPE.BESTSOLFOUND and now - self.last < 2.0:
+            if bar is not None and event.getType() != SCIP_EVENTTYPE.BESTSOLFOUND:
+                bar.update(1)
+            if not report or (event.getType() != SCIP_EVENTTYPE.BESTSOLFOUND
+                              and now - self.last < 2.0):
                 return
             self.last = now
             report_progress(incumbent=_finite(self.model.getPrimalbound()),

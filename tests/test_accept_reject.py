@@ -226,8 +226,8 @@ def test_train_aggregator_boundary(tmp_path, capsys):
     inst.save(tmp_path / "net.json")
     toy_solution(inst, gamma=2, m=0.3).save(tmp_path / "sol.json")
     argv = ["train", str(tmp_path / "net.json"), str(tmp_path / "sol.json"), "--dataset",
-            "digits", "--rounds", "1", "--method", "fedavg", "--test-max", "20", "--no-progress",
-            "--out", str(tmp_path / "h.csv")]
+            "digits", "--train-rounds", "1", "--method", "fedavg", "--test-max", "20",
+            "--no-progress", "--out", str(tmp_path / "h.csv")]
     assert cli.main(argv + ["--aggregator", str(inst.S)]) == 2
     assert f"'--aggregator' value {inst.S}" in capsys.readouterr().err
     assert not (tmp_path / "h.csv").exists()

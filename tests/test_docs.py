@@ -62,7 +62,7 @@ def test_cli_reference_lists_every_argument(site):
 
 def test_options_reference_lists_every_field_and_flag(site):
     from cefl_opt.solvers.base import options_classes
-    from cefl_opt.solvers.options import cli_fields
+    from cefl_opt.solvers.options import cli_fields, settable_fields
     codes = _codes(site / "options" / "index.html")
     page = (site / "options" / "index.html").read_text(encoding="utf-8")
     for method, cls in options_classes().items():
@@ -72,6 +72,8 @@ def test_options_reference_lists_every_field_and_flag(site):
         assert missing == [], (cls.__name__, missing)
         flags = {f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in cli_fields(cls)}
         assert not {fl for fl in flags if not any(c.startswith(fl) for c in codes)}, cls.__name__
+        keys = {f"--set {f.name}=…" for f in settable_fields(cls)}   # every --set key
+        assert sorted(keys - codes) == [], cls.__name__
 
 
 def test_format_reference_lists_every_field(site):

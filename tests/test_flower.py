@@ -8,6 +8,7 @@ under Ray: tests/test_flower_slow.py (slow).
 import ipaddress
 import os
 import pickle
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -271,37 +272,55 @@ def test_custom_module_or_loss_is_refused(net, digits):
         CEFLStrategy(tr, DIGITS)
 
 
-def test_run_config_is_parsed_like_the_cli():
-    args = flower.train_args_from_run_config(
-        {"net": "n.json", "sol": "s.json", "out": "h.csv", "dataset": "digits", "rounds": 4,
-         "mu": "", "min-nodes": 2, "round-timeout": 5.0})
-    assert (args.net, args.rounds, args.mu, args.dataset) == ("n.json", 4, None, "digits")
-    with pytest.raises(InstanceError, match="--dataset: invalid choice: 'nope'"):
-        flower.train_args_from_run_config({"net": "a", "sol": "b", "out": "c",
-                                           "dataset": "nope"})
+def test_run_config_is_parsed_like_the_cli(capsys):
+    opts = flower.train_options_from_run_config(
+        {"net": "n.json", "sol": "s.json", "out": "h.csv", "dataset": "digits",
+         "train-rounds": 4, "mu": "", "lr": "0.5", "min-nodes": 2, "round-timeout": 5.0})
+    assert (opts.net, opts.train_rounds, opts.mu, opts.lr, opts.dataset) == (
+        "n.json", 4, None, 0.5, "digits")
+    assert capsys.readouterr().err == ""
+    base = {"net": "a", "sol": "b", "out": "c", "dataset": "digits"}
+    for bad, needle in (({"dataset": "nope"}, "option '--dataset' value 'nope' is not one of"),
+                        ({"train-rounds": 0}, "option '--train-rounds' must be an integer >= 1, "
+                                              "got '0'"),
+                        ({"lr": "nan"}, "option '--lr' must be a finite number > 0, got 'nan'"),
+                        ({"trian-rounds": 3}, "key 'trian-rounds' is not an option"),
+                        ({"out": ""}, "needs 'out'")):
+        with pytest.raises(InstanceError, match=re.escape(needle)):
+            flower.train_options_from_run_config({**base, **bad})
+
+
+def test_run_config_old_rounds_key_works_with_a_deprecation_warning(capsys):
+    opts = flower.train_options_from_run_config({"net": "a", "sol": "b", "out": "c",
+                                                 "dataset": "digits", "rounds": 5})
+    assert opts.train_rounds == 5
+    assert capsys.readouterr().err.strip() == ("cefl-opt: warning: run config key 'rounds' is "
+                                               "deprecated; use 'train-rounds'")
 
 
 def test_flower_app_run_config_defaults_are_the_clis():
     """flower_app/pyproject.toml's run config, read as `flwr run` reads it, gives `cefl-opt
-    train`'s defaults for every option but the three it sets on purpose (dataset, rounds,
-    threads); a value there would silently override the instance (vartheta = "tau_eff" made the
-    deployment aggregate with tau_eff where `cefl-opt train` uses the instance's vartheta)."""
-    import argparse
+    train`'s defaults for every option but the three it sets on purpose (dataset,
+    train-rounds, threads); a value there would silently override the instance (vartheta =
+    "tau_eff" made the deployment aggregate with tau_eff where `cefl-opt train` uses the
+    instance's vartheta). Both come from the one TrainOptions."""
+    import dataclasses
 
-    from cefl_opt.cli.learning import register
+    from cefl_opt.cli import build_parser
+    from cefl_opt.learning.options import TrainOptions
     from flwr.common.config import get_fused_config_from_dir
     paths = {"net": "/n.json", "sol": "/s.json", "out": "/h.csv"}
     cfg = get_fused_config_from_dir(Path(__file__).resolve().parents[1] / "flower_app", paths)
-    app = vars(flower.train_args_from_run_config(cfg))
-    parser = argparse.ArgumentParser(prog="cefl-opt")
-    register(parser.add_subparsers(dest="command"))
-    cli = vars(parser.parse_args(["train", "/n.json", "/s.json", "--out", "/h.csv",
-                                  "--dataset", "digits"]))
-    on_purpose = {"rounds": (3, 20), "threads": (1, None)}
+    app = dataclasses.asdict(flower.train_options_from_run_config(cfg))
+    args = build_parser(["train"]).parse_args(["train", "/n.json", "/s.json", "--out", "/h.csv",
+                                               "--dataset", "digits"])
+    cli = dataclasses.asdict(TrainOptions.from_namespace(args))
+    on_purpose = {"train_rounds": (3, 20), "threads": (1, None)}
     assert app["dataset"] == "digits" and app["vartheta"] is None
     assert {k: (app[k], cli[k]) for k in cli if app[k] != cli[k]} == on_purpose
     keys = {k.replace("-", "_") for k in cfg}
     assert keys - set(app) == {"min_nodes", "round_timeout"}   # the rest are options
+    assert set(app) - keys == {"allow_infeasible", "allow_other_instance"}
 
 
 # ---------------------------------------------------------------- CLI
@@ -315,7 +334,7 @@ def files(tmp_path, net):
 
 def _train(files, *extra):
     return main(["train", str(files / "net.json"), str(files / "sol.json"), "--dataset",
-                 "digits", "--rounds", "2", "--no-progress", "--out", str(files / "h.csv"),
+                 "digits", "--train-rounds", "2", "--no-progress", "--out", str(files / "h.csv"),
                  *extra])
 
 
@@ -375,12 +394,12 @@ def test_simulation_engine_equals_local_engine(files, net, digits, monkeypatch, 
         return real(*a, on_round=on_round, **kw)
 
     monkeypatch.setattr(flower, "run_simulation", spy)
-    assert _train(files, "--engine", "flower", "--rounds", "3") == 0
+    assert _train(files, "--engine", "flower", "--train-rounds", "3") == 0
     assert len(xs_f) == 3
     for a, b in zip(xs_l, xs_f):
         assert torch.allclose(a, b, rtol=0, atol=1e-6), float((a - b).abs().max())
     flw = {p.name: p.read_bytes() for p in files.glob("h*.csv")}
-    assert _train(files, "--engine", "local", "--rounds", "3") == 0
+    assert _train(files, "--engine", "local", "--train-rounds", "3") == 0
     loc = {p.name: p.read_bytes() for p in files.glob("h*.csv")}
     assert set(flw) == {"h.csv", "h.targets.csv"} and flw == loc
     assert b"cefl,0," in loc["h.csv"]

@@ -81,8 +81,8 @@ def net_files(tmp_path):
 
 def test_deployment_engine_on_localhost(net_files):
     """`flower-superlink --insecure` and two `flower-supernode`s on 127.0.0.1, `flwr run
-    flower_app` for 3 rounds with the app's run config (only paths, dataset, rounds and nodes
-    set): the ServerApp writes the same CSV and targets table, byte for byte, as `cefl-opt train
+    flower_app` for 3 rounds with the app's run config (only paths, dataset, train-rounds and
+    nodes set): the ServerApp writes the same CSV and targets table, byte for byte, as `cefl-opt train
     --engine local` with the same options (3 DPUs on 2 SuperNodes). Same thread count on both
     sides (the run config's threads = 1): a different count may change the last bits."""
     tmp = net_files
@@ -114,7 +114,7 @@ def test_deployment_engine_on_localhost(net_files):
         ports = listening([p for proc in procs for p in pids_below(proc.pid)])
         assert len(ports) >= 3 and all_loopback(ports), ports
         cfg = (f'net="{tmp / "net.json"}" sol="{tmp / "sol.json"}" out="{tmp / "deploy.csv"}" '
-               f'dataset="digits" rounds=3 min-nodes=2 round-timeout=240.0')
+               f'dataset="digits" train-rounds=3 min-nodes=2 round-timeout=240.0')
         run = subprocess.run([str(BIN / "flwr"), "run", str(REPO / "flower_app"), "cefl-local",
                               "--stream", "--run-config", cfg],
                              env=env, cwd=tmp, capture_output=True, text=True, timeout=400)
@@ -127,7 +127,7 @@ def test_deployment_engine_on_localhost(net_files):
             f.close()
     assert all(p.poll() is not None for p in procs)
     assert main(["train", str(tmp / "net.json"), str(tmp / "sol.json"), "--dataset", "digits",
-                 "--rounds", "3", "--threads", "1", "--no-progress",
+                 "--train-rounds", "3", "--threads", "1", "--no-progress",
                  "--out", str(tmp / "local.csv")]) == 0
     assert (tmp / "deploy.csv").read_bytes() == (tmp / "local.csv").read_bytes()
     assert (tmp / "deploy.targets.csv").read_bytes() == (tmp / "local.targets.csv").read_bytes()
@@ -139,7 +139,7 @@ def test_supernode_failing_under_ray_is_exit_4(net_files, monkeypatch, capsys):
     monkeypatch.setattr(flower, "client_app", failing_client(1, 1))
     out = net_files / "h.csv"
     rc = main(["train", str(net_files / "net.json"), str(net_files / "sol.json"), "--dataset",
-               "digits", "--rounds", "3", "--no-progress", "--engine", "flower", "--out",
+               "digits", "--train-rounds", "3", "--no-progress", "--engine", "flower", "--out",
                str(out)])
     err = capsys.readouterr().err
     assert rc == 4, err

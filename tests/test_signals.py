@@ -90,7 +90,8 @@ def test_interrupt_summary_counts_only_clean_runs_as_expected():
 def test_sigterm_during_run_leaves_no_report_folder(tmp_path):
     out = tmp_path / "report"
     argv = ["run", "--out", str(out), "--preset", "paper", "--rounds", "2",
-            "--methods", "ipopt-enum", "--skip-training", "--placeholder-constants"]
+            "--methods", "ipopt-enum", "--skip-training", "--placeholder-constants",
+            "--no-progress"]
     code, err = _signal_after(argv, signal.SIGTERM, 5.0, tmp_path)
     assert (code, err) == CODE[signal.SIGTERM]
     assert list(tmp_path.iterdir()) == []           # no report, no hidden staging folder

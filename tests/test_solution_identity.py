@@ -156,7 +156,7 @@ def toy_files(tmp_path):
     return tmp_path
 
 
-TRAIN = ["--dataset", "digits", "--rounds", "1", "--method", "cefl", "--test-max", "50",
+TRAIN = ["--dataset", "digits", "--train-rounds", "1", "--method", "cefl", "--test-max", "50",
          "--no-progress"]
 
 

@@ -6,7 +6,7 @@ handler ``func(args) -> int``: ``network`` (generate, show), ``solve``, ``evalua
 and ``estimate`` (``learning``), ``run``, ``plot``. A handler checks every argument before any
 work.
 
-One error policy, for every command (the README lists it):
+One error policy, for every command (docs/cli.md lists it):
 
 ======  =========================================================================================
 status  meaning
@@ -35,6 +35,7 @@ atomically (:mod:`cefl_opt.io`), the last step of a command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import math
@@ -96,6 +97,62 @@ COUNT = number(lo=1, integer=True)           # a count of at least one
 SEED = number(lo=0, integer=True)
 
 
+class Deprecated(argparse.Action):
+    """An old flag kept for one release: it warns on stderr (``cefl-opt: warning: --rounds of
+    train is deprecated; use --train-rounds``), then stores its value as the new flag does
+    (``store(namespace, value)`` when given, else under ``dest``). Hidden from ``--help``;
+    the CLI reference lists it with its replacement (``use``)."""
+
+    def __init__(self, option_strings, dest, *, command: str, use: str, store=None, **kw):
+        kw.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kw)
+        self.command, self.use, self.store = command, use, store
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{PROG}: warning: {option_string} of {self.command} is deprecated; use "
+              f"{self.use}", file=sys.stderr)
+        if self.store is not None:
+            self.store(namespace, values)
+        else:
+            setattr(namespace, self.dest, values)
+
+
+def deprecated(p: argparse.ArgumentParser, old: str, *, command: str, use: str, dest: str,
+               **kw) -> None:
+    """Add the old flag `old` of `command`, replaced by `use` (see :class:`Deprecated`)."""
+    p.add_argument(old, dest=dest, action=Deprecated, command=command, use=use,
+                   default=argparse.SUPPRESS, **kw)
+
+
+def add_display_flags(p: argparse.ArgumentParser) -> None:
+    """The display switches every command takes: ``--progress/--no-progress`` and
+    ``--quiet``. They change what is shown, never what is computed or written."""
+    g = p.add_argument_group("display")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars on stderr (train, run: on)")
+    g.add_argument("--quiet", action="store_true",
+                   help="nothing on stdout (errors still go to stderr)")
+
+
+def show_progress(args: argparse.Namespace, default: bool) -> bool:
+    """The display switch of a command whose own default is `default` (``--quiet`` turns
+    the default off; an explicit ``--progress/--no-progress`` wins)."""
+    p = getattr(args, "progress", None)
+    if p is None:
+        return default and not getattr(args, "quiet", False)
+    return bool(p)
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser):
+    """The parsers of `parser`'s commands that run something (sub-commands of sub-commands
+    included)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                has_sub = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
+                yield from (_leaf_parsers(sub) if has_sub else [sub])
+
+
 def add_inputs(p: argparse.ArgumentParser, solution: str | None = None) -> None:
     """The positional input files: the instance `net` and, when `solution` (its help) is
     given, the solution `sol`."""
@@ -118,6 +175,8 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
     wanted = list(COMMANDS) if commands is None else list(commands)
     for modname in dict.fromkeys(COMMANDS[c] for c in wanted):
         importlib.import_module(f"{__name__}.{modname}").register(sub)
+    for leaf in _leaf_parsers(parser):
+        add_display_flags(leaf)
     return parser
 
 
@@ -148,7 +207,8 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-        code = int(args.func(args) or 0)
+        with _quiet_stdout(getattr(args, "quiet", False)):
+            code = int(args.func(args) or 0)
         cefl_io.check_interrupt()   # a Ctrl-C whose KeyboardInterrupt was swallowed on the way
         sys.stdout.flush()          # a pipe closed by its reader fails here, not at exit
         return code
@@ -181,6 +241,16 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             signal.signal(signal.SIGINT, previous)
         if signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGTERM, previous_term)
+
+
+@contextlib.contextmanager
+def _quiet_stdout(quiet: bool):
+    """``--quiet``: what the command prints on stdout goes to /dev/null."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
 
 
 def _ours_to_replace(handler, default) -> bool:

@@ -90,7 +90,7 @@ def cmd_evaluate(args) -> int:
         print("ML bound parts: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_parts.items()))
         print("ML bound state: " + "  ".join(f"{k} {v:.6g}" for k, v in ev.ml_info.items()
                                              if not k.startswith("step_")))
-        if "step_lhs" in ev.ml_info:  # Theorem 1's step-size condition (SPEC §3)
+        if "step_lhs" in ev.ml_info:  # Theorem 1's step-size condition (docs/formulation.md)
             lhs, rhs = ev.ml_info["step_lhs"], ev.ml_info["step_rhs"]
             print(f"step-size condition 4 d L^2 g_max (g_max-1)(2 zeta1^2+1) <= gbar T: "
                   f"{lhs:.6g} <= {rhs:.6g}: {'holds' if lhs <= rhs * (1 + FEAS_TOL) else 'VIOLATED'}")

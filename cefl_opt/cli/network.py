@@ -16,8 +16,8 @@ def register(sub) -> None:
                          description=f"Generate or inspect a network instance ({FORMAT_TAG}).")
     nsub = net.add_subparsers(dest="network_command", required=True, metavar="ACTION")
     g = nsub.add_parser("generate", help="write a seeded instance of a preset",
-                        description="Write a seeded instance of a preset (SPEC §6) as JSON. Sizes "
-                                    "whose arrays cannot fit in this machine's memory are refused "
+                        description="Write a seeded instance of a preset (docs/modelling.md) as JSON. "
+                                    "Sizes whose arrays cannot fit in this machine's memory are refused "
                                     "with the estimate.")
     g.add_argument("--preset", required=True, choices=sorted(PRESETS))
     g.add_argument("--ues", type=COUNT, default=None, help="number of UEs (default: the preset's)")

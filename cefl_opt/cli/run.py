@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..io import InputError, check_interrupt
-from . import COUNT, SEED, OptionError
+from . import COUNT, SEED, OptionError, show_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -105,7 +105,8 @@ def run_main(args: argparse.Namespace) -> int:
                      methods=meths, data=data, dataset=args.dataset,
                      train=not args.skip_training, train_rounds=args.train_rounds,
                      targets=getattr(args, "target_list", None), model=args.model,
-                     measure=not args.placeholder_constants, cache_dir=args.cache_dir)
+                     measure=not args.placeholder_constants, cache_dir=args.cache_dir,
+                     progress=show_progress(args, True))
         _move_into_place(stage, out)
         ok = True
     finally:

@@ -17,7 +17,7 @@ from ..instance import Instance
 from ..io import check_distinct, check_writable, write_atomic
 import numpy as np
 
-from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, PROG, add_inputs
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, PROG, OptionError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,20 +25,72 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     descs = methods()
     p = sub.add_parser("solve", help="solve Problem P on an instance",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Solve P with a named method. Exit 0: a feasible solution was "
-                                   "written; 3: the instance is infeasible; 4: no solution "
-                                   "(time limit or solver failure); 2: bad input.\n\nmethods:\n"
-                                   + "\n".join(f"  {k:20s} {v}" for k, v in descs.items())
-                                   + "\n\nEach method option below lists the methods that "
-                                     "take it; giving it to another method is an error.")
-    add_inputs(p)
-    p.add_argument("--method", required=True, choices=sorted(descs))
-    p.add_argument("--out", required=True, help="solution JSON to write (cefl-solution/1)")
-    # the method options: one flag per field of the methods' options dataclasses
+                       usage="%(prog)s NET --method METHOD --out OUT [options]",
+                       formatter_class=_Formatter,
+                       description="Solve P with a named method. Exit 0: solution written; 2: bad "
+                                   "input;\n3: infeasible instance; 4: no solution (time "
+                                   "limit, solver failure).\n\nmethods:\n"
+                                   + "\n".join(f"  {k:21s}{_first_clause(v)}"
+                                               for k, v in descs.items()),
+                       epilog="A flag or --set key that the method does not take is an error.")
+    p.add_argument("net", nargs="?", help="instance JSON (cefl-instance/2)")
+    p.add_argument("--method", required=True, choices=sorted(descs), metavar="METHOD",
+                   help="one of the methods above")
+    p.add_argument("--out", help="solution JSON to write (cefl-solution/1)")
+    p.add_argument("--list-options", action="store_true",
+                   help="list the method's options and exit")
+    # the method options: the common ones as flags, every one by name with --set or --options
     # (`cefl_opt.solvers.options`); `--trace` is written after the solution, or not at all
     add_method_flags(p.add_argument_group("method options"))
+    _add_deprecated_constant_flags(p)
     p.set_defaults(func=run_solve)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help with the flags in a column wide enough for most of them to fit one line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+
+def _first_clause(text: str) -> str:
+    """A method's description up to its first comma, colon or semicolon (the --help line)."""
+    for stop in (" (", ":", ";", ","):
+        text = text.split(stop)[0]
+    return text
+
+
+def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
+    """The PDConstants flags of the last release (`--lambda1`, `--l-c`, `--L-max`, ...): each
+    now `--set NAME=VALUE`, kept for one release with a warning."""
+    import typing
+
+    from ..solvers.options import (DecentralizedOptions, _split_optional, cli_fields,
+                                   settable_fields)
+    from . import deprecated
+    hints = typing.get_type_hints(DecentralizedOptions)
+    old = {"L_C": "--l-c", "L_max": "--L-max"}
+    flagged = {f.name for f in cli_fields(DecentralizedOptions)}
+    for f in settable_fields(DecentralizedOptions):
+        if f.name in flagged or f.metadata.get("default_doc") is None:
+            continue                      # a flag of its own, or not a PDConstants override
+        flag = old.get(f.name, "--" + f.name.replace("_", "-"))
+        use = f"--set {f.name}=VALUE"
+        if _split_optional(hints[f.name])[0] is bool:
+            for spelling, value in ((flag, "true"), ("--no-" + flag[2:], "false")):
+                deprecated(p, spelling, command="solve", use=f"--set {f.name}={value}",
+                           dest="set_items", nargs=0,
+                           store=_appender(f"{f.name}={value}"))
+        else:
+            deprecated(p, flag, command="solve", use=use, dest="set_items", metavar="VALUE",
+                       store=_appender(f"{f.name}=" + "{}"))
+
+
+def _appender(item: str):
+    """store(namespace, value) of a deprecated flag: one more --set item."""
+    def store(ns: argparse.Namespace, value) -> None:
+        ns.set_items = [*(getattr(ns, "set_items", None) or []), item.format(value)]
+    return store
 
 
 def run_solve(args: argparse.Namespace) -> int:
@@ -47,6 +99,15 @@ def run_solve(args: argparse.Namespace) -> int:
 
     from ..solvers.base import options_from_namespace
 
+    if args.list_options:
+        from ..solvers.base import method_spec
+        from ..solvers.options import describe_options
+        print(describe_options(args.method, method_spec(args.method).options_class()))
+        return EXIT_OK
+    missing = [n for n, v in (("net", args.net), ("--out", args.out)) if v is None]
+    if missing:
+        raise OptionError(f"the following arguments are required to solve: "
+                          f"{', '.join(missing)} (see 'cefl-opt solve --help')")
     opts = options_from_namespace(args)
     trace = getattr(opts, "trace_path", None)
     check_distinct([("--out", args.out), ("--trace", trace)], [args.net])

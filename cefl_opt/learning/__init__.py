@@ -1,4 +1,4 @@
-"""Torch trainer of CE-FL (SPEC §7, issue 5): data sets, dynamic non-i.i.d. partition,
+"""Torch trainer of CE-FL (docs/training.md): data sets, dynamic non-i.i.d. partition,
 offloading as data movement, FedProx local training with the normalised aggregation of eq:11M,
 FedNova/FedAvg baselines, cost accounting and Monte-Carlo estimation of the ML constants.
 
@@ -18,7 +18,7 @@ _EXPORTS = {
     "local_fedprox": "trainer", "TrainResult": "trainer", "DEFAULT_LR": "trainer",
     "estimate": "estimation", "estimate_dynamic": "estimation",
     "apply_estimates": "estimation", "dpu_datasets": "estimation",
-    "register": "cli",
+    "TrainOptions": "options", "prepare_train": "options", "add_train_flags": "options",
 }
 
 __all__ = sorted(_EXPORTS)

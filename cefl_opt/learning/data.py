@@ -1,4 +1,4 @@
-"""Data sets for the CE-FL trainer (SPEC §7, issue 5).
+"""Data sets for the CE-FL trainer (docs/training.md).
 
 Every loader returns ``(X_train, y_train, X_test, y_test)`` as numpy arrays: X float32 of shape
 ``[n, C, H, W]`` (images; channels first), y int64 class ids 0..9. Pixel values are scaled to

@@ -16,7 +16,7 @@ With J random model parameter vectors (default J = 10):
   least squares ``y ~ zeta1 u + zeta2`` (eqn:LinRegr_zeta). The instance requires zeta1 >= 1,
   zeta2 >= 0; the fit is clipped to that domain (by Jensen, ``y_j >= u_j`` always).
 
-- ``sigma_i`` (SPEC §3, the paper's "sampled variance of data at DPU i"):
+- ``sigma_i`` (docs/formulation.md; the paper's "sampled variance of data at DPU i"):
   ``sigma_i^2 = sum_j ||xi_j - mean xi||^2 / (D_i - 1)`` over all D_i samples the DPU holds, on
   the features the trainer uses (flattened, standardised). Not a Monte-Carlo estimate, so it is
   not multiplied by ``scale``; DPUs without data (or with one sample) get the largest sigma of
@@ -337,8 +337,8 @@ def apply_estimates(instance: Instance, est: dict, *, renormalise: bool | None =
     """``instance.copy(L=..., Theta=..., zeta1=..., zeta2=..., sigma=...)`` from an ``estimate``
     dict (sigma only when the estimate has it).
 
-    renormalise: recompute the default weights xi1, xi2, xi3 (SPEC §3: each part 1 at the
-    reference orchestration) for the new constants. None (default): only when the instance's
+    renormalise: recompute the default weights xi1, xi2, xi3 (docs/formulation.md: each part 1
+    at the reference orchestration) for the new constants. None (default): only when the instance's
     weights are its defaults (so user-set weights are kept); the ML bound's scale moves by
     orders of magnitude with sigma, so stale default weights would let it swamp the rest."""
     from ..system import normalising_weights

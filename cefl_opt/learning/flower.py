@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import io
 import logging
 import math
 import os
@@ -409,36 +408,23 @@ def run_simulation(instance, solution, data: DataSpec, *, rounds: int = 10, meth
 
 
 # ---------------------------------------------------------------- deployment engine
-# The run config of `flwr run` (flower_app/pyproject.toml): the options of `cefl-opt train`
-# without their dashes ("" = the option's default), plus these two of the deployment.
+# The run config of `flwr run` (flower_app/pyproject.toml): the fields of
+# `learning.options.TrainOptions` as `cefl-opt train`'s flags without their dashes ("" = the
+# option's default), plus these two of the deployment.
 DEPLOY_KEYS = {"min-nodes": 2, "round-timeout": DEFAULT_ROUND_TIMEOUT}
-TRAIN_POSITIONAL = ("net", "sol")
 
 
-def train_args_from_run_config(cfg: dict):
-    """``cefl-opt train``'s parsed options from a Flower run config (same checks, same
-    defaults): ``{"net": ..., "sol": ..., "dataset": ..., "rounds": 3, ...}``."""
-    import argparse
-
-    from cefl_opt.cli.learning import register
-    argv = ["train"] + [str(cfg.get(k, "")) for k in TRAIN_POSITIONAL]
-    for k, v in cfg.items():
-        if k in TRAIN_POSITIONAL or k in DEPLOY_KEYS or v == "" or v is None:
-            continue
-        if isinstance(v, bool):
-            argv += [f"--{k}"] if v else []
-        else:
-            argv += [f"--{k}", str(v)]
-    parser = argparse.ArgumentParser(prog="cefl-opt")
-    register(parser.add_subparsers(dest="command"))
-    err = io.StringIO()
+def train_options_from_run_config(cfg: dict):
+    """The :class:`~cefl_opt.learning.options.TrainOptions` of a Flower run config (the
+    checks and defaults of ``cefl-opt train``); an ``InstanceError`` naming a bad key or
+    value."""
+    from ..io import InputError
+    from .options import TrainOptions
     try:
-        with contextlib.redirect_stderr(err):
-            return parser.parse_args(argv)
-    except SystemExit:
-        why = (err.getvalue().strip().splitlines() or ["invalid options"])[-1]
+        return TrainOptions.from_run_config(cfg, skip=tuple(DEPLOY_KEYS))
+    except InputError as e:
         raise InstanceError(f"the Flower run config is not a valid `cefl-opt train` call "
-                            f"({why})") from None
+                            f"({e})") from None
 
 
 server_app = ServerApp()
@@ -448,17 +434,17 @@ server_app = ServerApp()
 def _deployed_main(grid: Grid, context: Context) -> None:
     """``flwr run``: train as ``cefl-opt train`` would with the run config's options, on the
     connected SuperNodes; write the CSV and targets table to the run config's ``out``."""
-    from cefl_opt.cli.learning import prepare_train, write_train_outputs
+    from .options import prepare_train, write_train_outputs
     cfg = dict(context.run_config)
-    args = train_args_from_run_config(cfg)
-    inst, sol, kw = prepare_train(args)
-    data = DataSpec(args.dataset, args.data_dir, args.seed)
+    opts = train_options_from_run_config(cfg)
+    inst, sol, kw = prepare_train(opts)
+    data = DataSpec(opts.dataset, opts.data_dir, opts.seed)
     rounds, targets = kw.pop("rounds"), kw.pop("targets")
     kw.pop("progress")
     trainer = build_trainer(inst, sol, data.load(), **kw)
-    strategy = CEFLStrategy(trainer, data, threads=args.threads or 1)
+    strategy = CEFLStrategy(trainer, data, threads=opts.threads or 1)
     serve(grid, strategy, rounds, min_nodes=int(cfg.get("min-nodes", 2)),
           round_timeout=float(cfg.get("round-timeout", DEFAULT_ROUND_TIMEOUT)))
     hist = trainer.history()
     write_train_outputs(TrainResult(hist, targets_table(hist, targets), trainer.x.clone(),
-                                    trainer), args.out)
+                                    trainer), opts.out)

@@ -1,4 +1,4 @@
-"""Offloading as data movement (SPEC §7): a round's ``rho_nb``, ``rho_bs`` move real sample
+"""Offloading as data movement (docs/training.md): a round's ``rho_nb``, ``rho_bs`` move real sample
 indices UE -> BS -> DC.
 
 Fractional shares become integer counts by largest-remainder rounding, so counts are conserved

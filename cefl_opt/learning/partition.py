@@ -1,4 +1,4 @@
-"""Dynamic non-i.i.d. partition of a training set over the UEs (SPEC §6 "Dynamic data").
+"""Dynamic non-i.i.d. partition of a training set over the UEs (docs/training.md, "Dynamic data").
 
 At round t, UE n holds ``round(Dbar[t, n])`` training samples drawn uniformly from the samples
 whose label is in ``ue_labels[t][n]`` (5 of the 10 classes in the generated presets). When the

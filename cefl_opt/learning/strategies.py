@@ -3,12 +3,12 @@ trains on which data with which ``gamma`` and mini-batch size (and which orchest
 costs), ``aggregate_round`` turns the DPUs' results into the next global model. A new method is
 one small subclass.
 
-CE-FL (paper §II-D, SPEC §7): the round's ``rho_nb``/``rho_bs`` move samples UE -> BS -> DC;
-every DPU i with ``D_i > 0`` runs ``gamma_i`` FedProx steps and reports its normalised
+CE-FL (paper §II-D, docs/training.md): the round's ``rho_nb``/``rho_bs`` move samples UE -> BS ->
+DC; every DPU i with ``D_i > 0`` runs ``gamma_i`` FedProx steps and reports its normalised
 accumulated gradient ``d_i = (x_t - x_i) / (eta ||a_i||_1)`` (``eq:normalGrad``) with
 ``a_{i,l} = (1 - eta mu)^(gamma_i - 1 - l)``; the aggregator applies
 ``x_{t+1} = x_t - vartheta eta sum_i (D_i / D) d_i`` (``eq:11M``).
-SPEC §3/§7: one vartheta for P's bound and the trainer: by default (``vartheta=None``) the
+docs/training.md: one vartheta for P's bound and the trainer: by default (``vartheta=None``) the
 instance's ``vartheta_mode`` decides, FedNova's ``tau_eff = sum_i p_i ||a_i||_1`` or the
 instance's number; ``vartheta='tau_eff'`` or a number overrides.
 
@@ -140,7 +140,7 @@ class Strategy:
 
 
 def instance_vartheta(instance: Instance):
-    """The vartheta P's bound uses (SPEC §3: one vartheta for bound and trainer): 'tau_eff'
+    """The vartheta P's bound uses (docs/training.md: one vartheta for bound and trainer): 'tau_eff'
     or the instance's number, per its vartheta_mode."""
     return "tau_eff" if instance.vartheta_mode == "tau_eff" else float(instance.vartheta)
 

@@ -1,5 +1,5 @@
-"""The CE-FL round loop (SPEC §7): partition -> strategy.configure_round -> FedProx local steps
--> strategy.aggregate_round -> test accuracy/loss and the round's delay/energy.
+"""The CE-FL round loop (docs/training.md): partition -> strategy.configure_round -> FedProx
+local steps -> strategy.aggregate_round -> test accuracy/loss and the round's delay/energy.
 
 Step size. The instance's ``eta`` (0.001, the paper's table) is the step size the *bound* of
 Problem P uses; with it a real network barely moves in a few rounds. The trainer's step size is
@@ -41,7 +41,8 @@ CostFn = Callable[[Instance, int, object], dict]
 
 
 def default_cost_fn() -> CostFn:
-    """``cefl_opt.system.round_costs`` (SPEC §3); a clear error if that module is missing."""
+    """``cefl_opt.system.round_costs`` (docs/formulation.md); a clear error if that module is
+    missing."""
     try:
         from ..system import round_costs
     except ImportError as e:

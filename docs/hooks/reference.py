@@ -59,6 +59,8 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 # ---------------------------------------------------------------------- command line
 def _arg_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    if getattr(action, "use", None):   # a deprecated flag (cefl_opt.cli.Deprecated)
+        return f"deprecated: use `{action.use}`"
     if not action.help or action.help == argparse.SUPPRESS:
         return ""
     return parser._get_formatter()._expand_help(action)  # expands %(default)s and the like
@@ -188,18 +190,32 @@ def _field_default(f: dataclasses.Field) -> str:
     return ""
 
 
+def _how_set(cls: type, f: dataclasses.Field, hints: dict) -> str:
+    """How the command line sets field `f`: its flag (and `--set`), `--set` only, the
+    `--options` file only, or the command-level display switch."""
+    from cefl_opt.solvers.options import _flag, cli_fields
+    meta = f.metadata
+    if meta.get("display"):
+        return "display switch: `--progress` / `--no-progress`"
+    if not meta.get("cli", True):
+        return "`--options FILE` (a TOML table) or Python"
+    set_ = f"`--set {f.name}=…`"
+    if f.name in {g.name for g in cli_fields(cls)}:
+        flag = _flag(f)
+        if _type_name(hints[f.name]).startswith("bool"):
+            flag = f"{flag} / --no-{flag[2:]}"
+        return f"`{flag}`, {set_}"
+    return set_
+
+
 def options_rows(cls: type) -> list[list[str]]:
-    from cefl_opt.solvers.options import _flag
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        flag = _flag(f) if meta.get("cli", True) else "Python only"
-        if meta.get("cli", True) and _type_name(hints[f.name]).startswith("bool"):
-            flag = f"{flag} / --no-{flag[2:]}"
         rows.append([_code(f.name), _code(_type_name(hints[f.name])), _field_default(f),
                      describe_check(meta.get("check"), meta.get("choices")),
-                     _code(flag) if flag != "Python only" else flag, meta.get("doc", "")])
+                     _how_set(cls, f, hints), meta.get("doc", "")])
     return rows
 
 
@@ -215,7 +231,7 @@ def gen_options() -> str:
         doc = inspect.getdoc(cls)
         if doc and not doc.startswith(cls.__name__ + "("):  # not the dataclass signature
             out += [doc, ""]
-        out += [_table(["field", "type", "default", "check", "flag", "meaning"],
+        out += [_table(["field", "type", "default", "check", "command line", "meaning"],
                        options_rows(cls)), ""]
     return "\n".join(out)
 
