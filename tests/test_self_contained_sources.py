@@ -15,12 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # an issue number, the formulation file outside the repository, or one of its sections
 CITATION = re.compile(r"\bissue #?\d+|\.\./shared|\bSPEC\s§|\bSPEC\.md", re.I)
 
-FILES = ("cefl_opt/__init__.py", "cefl_opt/_entry.py", "cefl_opt/association.py",
-         "cefl_opt/checks.py", "cefl_opt/generator.py", "cefl_opt/instance.py", "cefl_opt/io.py",
-         "cefl_opt/orchestration.py", "cefl_opt/orchestration_plot.py", "cefl_opt/plots.py",
-         "cefl_opt/solution.py", "cefl_opt/system.py", "models/__init__.py", "models/codec.py",
-         "benchmarks/*.py", "examples/*.py", "tests/*.py", "tests/mpi/*.py", "tools/*.py",
-         "docs/**/*.md", "docs/hooks/*.py")
+FILES = ("cefl_opt/**/*.py", "solvers/*.py", "models/*.py", "benchmarks/*.py", "examples/*.py",
+         "tests/*.py", "tests/mpi/*.py", "tools/*.py", "flower_app/*.toml", "docs/**/*.md",
+         "docs/hooks/*.py", "README.md")
 
 
 def _checked_files() -> list[Path]:
