@@ -79,7 +79,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
                      "ml_bound": ev.terms["ml_bound"], "delay_s": ev.terms["delay"],
                      "energy_J": ev.terms["energy"], "wall_s": res.wall_s,
                      "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds),
-                     **_dec_columns(res.info)})
+                     **_dec_columns(res.accounting)})
     solvers = pd.DataFrame(rows)
     if "ipopt-enum" in sols and "objective" in solvers:
         ref = float(solvers.set_index("method").loc["ipopt-enum", "objective"])
@@ -117,17 +117,17 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     return out / "report.md"
 
 
-def _dec_columns(info: dict) -> dict:
-    """The decentralised methods' accounting: stop reason, iterations, the central
-    steps they took and messages per node and outer iteration; empty for other methods."""
-    if "central_steps" not in info:
+def _dec_columns(acc) -> dict:
+    """The decentralised methods' accounting (`Results.accounting`): stop reason, iterations,
+    the central steps they took and messages per node and outer iteration; empty for other
+    methods."""
+    if acc is None:
         return {}
-    per = info.get("messages", {}).get("per_node_per_outer", {}).get("count", {})
-    return {"stop_reason": info.get("stop_reason"),
-            "outer_iters": info.get("outer_iterations"),
-            "inner_iters": info.get("inner_iterations"),
-            "central_steps": ",".join(info["central_steps"]) or "none",
-            "msgs_per_node_outer_mean": per.get("mean"), "msgs_per_node_outer_max": per.get("max")}
+    return {"stop_reason": acc.stop_reason, "outer_iters": acc.outer_iterations,
+            "inner_iters": acc.inner_iterations,
+            "central_steps": ",".join(acc.central_steps) or "none",
+            "msgs_per_node_outer_mean": acc.messages_per_node_outer_mean,
+            "msgs_per_node_outer_max": acc.messages_per_node_outer_max}
 
 
 def _orchestration(inst, sols: list, out: Path) -> pd.DataFrame:

@@ -40,9 +40,29 @@ class SolverError(RuntimeError):
 
 
 @dataclass
+@dataclass(frozen=True)
+class DecentralizedAccounting:
+    """What a decentralised method did (docs/decentralized.md): why it stopped, its outer and
+    inner iterations, the central steps it took (none for `decentralized`) and the messages per
+    node and outer iteration (mean and max over the nodes; None without message passing)."""
+
+    stop_reason: str
+    outer_iterations: int
+    inner_iterations: int
+    central_steps: tuple[str, ...]
+    messages_per_node_outer_mean: float | None = None
+    messages_per_node_outer_max: float | None = None
+
+
+@dataclass
 class Results:
     """What a method returns: status, objective (evaluated by `cefl_opt.system`), proven bound
-    and gap where the method proves one, wall time, iterations and the solution itself."""
+    and gap where the method proves one, wall time, iterations and the solution itself.
+
+    Typed details that code reads: `reasons` (why the instance is infeasible), `message` (why
+    a method found no solution, where it says), `rank` (the MPI process; only process 0 holds
+    the solution) and `accounting` (the decentralised methods'). `info` is the method's full
+    record, kept in the solution file for people to read; no code depends on its keys."""
 
     method: str
     termination_condition: TerminationCondition
@@ -53,6 +73,10 @@ class Results:
     gap: float | None = None
     wall_s: float = 0.0
     iterations: int | None = None
+    reasons: list[str] = field(default_factory=list)
+    message: str | None = None
+    rank: int = 0
+    accounting: DecentralizedAccounting | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -194,7 +218,8 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
     problems = inst.feasibility_problems()
     if problems:
         return Results(method=method, termination_condition=TerminationCondition.provenInfeasible,
-                       solution_status=SolutionStatus.noSolution, info={"reasons": problems})
+                       solution_status=SolutionStatus.noSolution, reasons=list(problems),
+                       info={"reasons": problems})
     t0 = time.perf_counter()
     if isolate and getattr(opts, "backend", "local") != "mpi":
         from .isolation import call_isolated

@@ -586,7 +586,8 @@ def run_method(inst: Instance, opts, name: str):
     if sol is None:   # an MPI process other than 0: process 0 returns the solution
         return Results(method=name, termination_condition=TerminationCondition.unknown,
                        solution_status=SolutionStatus.noSolution, solution=None,
-                       objective=None, wall_s=info["wall_s"], iterations=0, info=info)
+                       objective=None, wall_s=info["wall_s"], iterations=0,
+                       rank=info.get("rank", 0), info=info)
     tc = {"converged": TerminationCondition.locallyOptimal,
           "stalled": TerminationCondition.stalled}.get(info["stop_reason"],
                                                        TerminationCondition.iterationLimit)
@@ -594,7 +595,20 @@ def run_method(inst: Instance, opts, name: str):
                    solution_status=SolutionStatus.feasible if info["feasible"]
                    else SolutionStatus.infeasible,
                    solution=sol, objective=sol.objective, wall_s=info["wall_s"],
-                   iterations=info["outer_iterations"], info=info)
+                   iterations=info["outer_iterations"], rank=info.get("rank", 0),
+                   accounting=_accounting(info), info=info)
+
+
+def _accounting(info: dict) -> "DecentralizedAccounting":
+    """The typed summary of a run's record (`Results.accounting`)."""
+    from .base import DecentralizedAccounting
+    per = info.get("messages", {}).get("per_node_per_outer", {}).get("count", {})
+    return DecentralizedAccounting(
+        stop_reason=info["stop_reason"], outer_iterations=info["outer_iterations"],
+        inner_iterations=info["inner_iterations"],
+        central_steps=tuple(info["central_steps"]),
+        messages_per_node_outer_mean=per.get("mean"),
+        messages_per_node_outer_max=per.get("max"))
 
 
 def make_comm(inst: Instance, backend: str, method: str) -> Comm | None:

@@ -72,7 +72,8 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
             "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params}
     if not has_sol or status == TerminationCondition.provenInfeasible:
         return Results(method="scip", termination_condition=status,
-                       solution_status=SolutionStatus.noSolution, bound=lower, info=info)
+                       solution_status=SolutionStatus.noSolution, bound=lower, info=info,
+                       message=f"SCIP ended with {tc.name} and no incumbent")
     res.solution_loader.load_vars()
     sol = clip_to_bounds(extract_solution(m), inst, bound)
     ev = system.evaluate(inst, sol, bound=bound, weights=weights)

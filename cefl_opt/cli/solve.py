@@ -120,11 +120,11 @@ def run_solve(args: argparse.Namespace) -> int:
         if tmp_trace is not None:
             opts = opts.replace(trace_path=tmp_trace)
         res = solve(inst, args.method, opts, isolate=True)
-        if res.info.get("rank", 0) != 0:   # an MPI process other than 0: it writes nothing
+        if res.rank != 0:                  # an MPI process other than 0: it writes nothing
             return EXIT_OK
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
-            reasons = res.info.get("reasons", [])
+            reasons = res.reasons
             _fail_line(f"the instance is infeasible, no solution written to '{args.out}'"
                        + (f": {reasons[0]}" if reasons else ""), EXIT_INFEASIBLE_INSTANCE)
             for why in reasons[1:]:
@@ -132,7 +132,7 @@ def run_solve(args: argparse.Namespace) -> int:
             return EXIT_INFEASIBLE_INSTANCE
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
-            why = res.info.get("message") or res.info.get("error")
+            why = res.message
             return _fail_line(f"method '{args.method}' found no solution (status {res.status}"
                               + (f": {why}" if why else "") + f"); nothing written to "
                               f"'{args.out}'", EXIT_NO_SOLUTION)
