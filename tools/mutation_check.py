@@ -39,7 +39,8 @@ class Mutant:
 EVAL = ("tests/test_system.py", "tests/test_system_round_and_bs_indices.py",
         "tests/test_model_agreement.py")
 MODEL = ("tests/test_model_spec.py", "tests/test_model_agreement.py")
-CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py", "tests/test_association.py")
+CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py",
+           "tests/test_association.py")
 DEC = ("tests/test_decentralized.py", "tests/test_sca_steps.py", "tests/test_accept_reject.py",
        "tests/test_assoc_moves.py")
 INST = ("tests/test_instance.py", "tests/test_field_ranges.py", "tests/test_links.py")
@@ -69,16 +70,17 @@ MUTANTS: tuple[Mutant, ...] = (
            EVAL + ("tests/test_gamma_scaling.py",)),
     # ---- model (models/problem.py)
     Mutant("M09", "models/problem.py",
-           "rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)",
-           "rule=lambda c, t: sum(blk.R[t, b] for b in m.B) <= 2 * inst.Rmax_s[s] / GBIT)",
+           "rule=lambda c_, t: sum(blk.R[t, b] for b in m.B) <= inst.Rmax_s[s] / GBIT)",
+           "rule=lambda c_, t: sum(blk.R[t, b] for b in m.B) <= 2 * inst.Rmax_s[s] / GBIT)",
            "DC ingress knapsack twice too wide", MODEL),
     Mutant("M10", "models/problem.py",
            "(inst.rho_idle * blk.z[t] ** 2 + 1 - inst.rho_idle))",
            "(inst.rho_idle * blk.z[t] + 1 - inst.rho_idle))",
            "DC energy linear instead of quadratic in its speed", MODEL),
     Mutant("M11", "models/problem.py",
-           "m.T, rule=lambda c, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)",
-           "m.T, rule=lambda c, t: blk.eBS[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)",
+           "m.T, rule=lambda c_, t: blk.eBS[t] + blk.eNB[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] "
+           "<= 0)",
+           "m.T, rule=lambda c_, t: blk.eBS[t] + blk.dP[t] + blk.dA_s[t] - blk.dA[t] <= 0)",
            "DC delay row forgets the UE->BS hop", MODEL),
     # ---- centralised solvers and association rules
     Mutant("M12", "solvers/centralized.py", "        if cur_obj < best[0]:",
