@@ -70,7 +70,8 @@ def signal_run(argv: list[str], sig: int, delay: float, folder: Path) -> dict:
         time.sleep(0.1)
     left = sorted(x.name for x in folder.iterdir() if x.name not in ("net.json", "tmpdir"))
     temporaries = sorted(x.name for x in tmp.iterdir())
-    tmp.rmdir() if not temporaries else None
+    if not temporaries:
+        tmp.rmdir()
     return {"returncode": p.returncode, "stderr": err, "running_at_signal": running,
             "files_left": left, "temporaries_left": temporaries,
             "processes_left": processes_naming(str(folder))}

@@ -39,7 +39,6 @@ class SolverError(RuntimeError):
     """A solver is missing or failed in a way that leaves no honest answer."""
 
 
-@dataclass
 @dataclass(frozen=True)
 class DecentralizedAccounting:
     """What a decentralised method did (docs/decentralized.md): why it stopped, its outer and

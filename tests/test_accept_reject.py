@@ -13,17 +13,10 @@ import pytest
 from cefl_opt import cli
 from cefl_opt.generator import make_instance
 from cefl_opt.instance import Instance, InstanceError
-
-pytest.importorskip("pyomo.contrib.pynumero.interfaces.pyomo_nlp")
-from pyomo.contrib.pynumero.asl import AmplInterface  # noqa: E402
-
-if not AmplInterface.available():  # pragma: no cover - `make install` builds it
-    pytest.skip("PyNumero's ASL library is not built", allow_module_level=True)
-
-from cefl_opt.solvers import centralized, decentralized  # noqa: E402
-from cefl_opt.solvers.decentralized import solve_decentralized  # noqa: E402
-from cefl_opt.solvers.sca import build_structure, next_step_factor  # noqa: E402
-from cefl_opt.system import evaluate, reference_solution  # noqa: E402
+from cefl_opt.solvers import centralized, decentralized
+from cefl_opt.solvers.decentralized import solve_decentralized
+from cefl_opt.solvers.sca import build_structure, next_step_factor
+from cefl_opt.system import evaluate, reference_solution
 
 warnings.filterwarnings("ignore", category=UserWarning)
 

@@ -10,15 +10,8 @@ import pytest
 
 from cefl_opt import cli
 from cefl_opt.generator import make_instance
-
-pytest.importorskip("pyomo.contrib.pynumero.interfaces.pyomo_nlp")
-from pyomo.contrib.pynumero.asl import AmplInterface  # noqa: E402
-
-if not AmplInterface.available():  # pragma: no cover - `make install` builds it
-    pytest.skip("PyNumero's ASL library is not built", allow_module_level=True)
-
-from cefl_opt.solvers.dec_comm import LocalComm  # noqa: E402
-from cefl_opt.solvers.decentralized import METHODS, solve_decentralized  # noqa: E402
+from cefl_opt.solvers.dec_comm import LocalComm
+from cefl_opt.solvers.decentralized import METHODS, solve_decentralized
 
 warnings.filterwarnings("ignore", category=UserWarning)
 

@@ -19,17 +19,10 @@ import pytest
 
 from cefl_opt import system
 from cefl_opt.generator import make_instance
-
-pytest.importorskip("pyomo.contrib.pynumero.interfaces.pyomo_nlp")
-from pyomo.contrib.pynumero.asl import AmplInterface  # noqa: E402
-
-if not AmplInterface.available():  # pragma: no cover - `make install` builds it
-    pytest.skip("PyNumero's ASL library is not built", allow_module_level=True)
-
-from cefl_opt.solvers.dec_comm import Comm, LocalComm  # noqa: E402
-from cefl_opt.solvers.decentralized import solve_decentralized  # noqa: E402
-from cefl_opt.solvers.primal_dual import InnerSolver, resolve_constants  # noqa: E402
-from cefl_opt.solvers.sca import build_structure  # noqa: E402
+from cefl_opt.solvers.dec_comm import Comm, LocalComm
+from cefl_opt.solvers.decentralized import solve_decentralized
+from cefl_opt.solvers.primal_dual import InnerSolver, resolve_constants
+from cefl_opt.solvers.sca import build_structure
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
