@@ -1,23 +1,36 @@
-"""Quality of the decentralised solution per seed: `decentralized` (paper §V, node-local steps and
-neighbour messages only, no central step) against the centralised `ipopt-enum` on `small` and
-`paper` instances, on seeds the tests do not use.
+"""How far each method is from the best known answer and from a proven bound, per seed: the
+comparison of decentralised and centralised solutions as users see it.
 
     python -m benchmarks.bench_dec_quality [--quick] [--presets small,paper]
-        [--seeds-small 101,...,108] [--seeds-paper 101,102,103] [--rounds-small 2]
-        [--rounds-paper 3] [--jobs 1]
+        [--seeds-paper 9401,...,9412] [--seeds-small 9501,...,9508]
+        [--rounds-paper 3] [--rounds-small 2]
+        [--methods decentralized,decentralized-polish,ipopt-enum]
+        [--bound-method scip] [--bound-time 600] [--jobs 1] [--reuse]
 
-For every (preset, seed): the decentralised objective of P, whether `cefl_opt.system.evaluate`
-finds it feasible (the check `cefl-opt evaluate` runs), its `stop_reason`, outer / inner
-iterations, messages per node and outer iteration (mean / max, count and bytes), ipopt-enum's
-objective, the relative gap dec/enum - 1, both aggregator sequences and both wall times.
-Writes results/bench/dec_quality.csv and dec_quality.png and prints the worst gap. The quality
-targets: gap <= 1 % on small (8 seeds, T = 2), <= 2 % on paper (3 seeds, T = 3), converged and
-feasible on every one.
+For every (preset, seed) the instance is written with `cefl-opt network generate`'s generator,
+and each method runs with its defaults in a process of its own (`--worker`), so that its wall
+time and peak RSS (`os.wait4`) are its own. `--bound-method` (default `scip`, `--bound-time`
+seconds) gives the proven lower bound; `--bound-time 0` skips it. Per seed:
 
---quick: `small` seeds 101-102 only. --jobs J: instances in J processes (wall times are then
-measured under that load).
+* each method's objective of P, whether `cefl_opt.system.evaluate` finds it feasible (the
+  check `cefl-opt evaluate` runs), its status, aggregators, wall time and peak RSS;
+* best known: the minimum over every feasible answer of the row (the bound method's incumbent
+  included);
+* each method's gap to best known, objective / best known - 1;
+* the bound and its gap (best known - bound) / best known.
 
-One BLAS thread (set before numpy loads): stable timings on the shared 2-core machine.
+Writes, in --out-dir: dec_quality.csv (one row per seed), dec_quality.png (each method's gap
+per seed, and the bound's gap), dec_quality.md (the table the README and
+docs/results/decentralized.md carry) and dec_quality_runs/ (one JSON record and one solution
+file per run; `--reuse` takes a record again when it was made by the same commit with the same
+options, so that an interrupted benchmark resumes). The targets, printed with their verdicts:
+`decentralized` at most 1 % above best known on every paper seed, median at most 0.3 %, at most
+60 s per run, small seeds within 1 %; `ipopt-enum` within 0.1 % of best known on every seed;
+the bound's median gap at most 10 %.
+
+The default seeds are seeds no test uses. --quick: two small seeds, a 20 s bound.
+--jobs J: runs in J processes (wall times are then measured under that load).
+One BLAS thread per run (set before numpy loads): stable timings on the shared 2-core machine.
 """
 from __future__ import annotations
 
@@ -26,108 +39,312 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+
+METHODS = ("decentralized", "decentralized-polish", "ipopt-enum")
+SHORT = {"decentralized": "dec", "decentralized-polish": "polish", "ipopt-enum": "enum"}
+LONG = {**{v: k for k, v in SHORT.items()}, "bound_method": "bound method's incumbent"}
+TARGETS = {"dec_max": 0.01, "dec_median": 0.003, "dec_wall_s": 60.0, "enum_max": 0.001,
+           "bound_median": 0.10}
 
 
 def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
-def one(job: tuple[str, int, int]) -> dict:
-    """Both methods on one instance."""
+def _commit() -> str:
+    """The commit that runs (with "+dirty" when the work tree differs): a record is reused only
+    by the same code."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=common.ROOT, capture_output=True,
+                              text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+# ---------------------------------------------------------------------- one run, in its process
+def worker(inst_path: str, method: str, options: str, out: str, sol_path: str) -> int:
+    """Solve the instance with `method` and its options (JSON); write the run's record to `out`
+    and the solution to `sol_path`. Runs as `--worker`, in a process of its own."""
     import warnings
     warnings.simplefilter("ignore")
+    common.quiet()
     from cefl_opt import system
-    from cefl_opt.generator import make_instance
+    from cefl_opt.instance import Instance
+    from cefl_opt.io import write_json_atomic
     from cefl_opt.solvers.base import solve
-    from cefl_opt.solvers.decentralized import solve_decentralized
-    preset, seed, rounds = job
-    inst = make_instance(preset, seed=seed, rounds=rounds)
-    t0 = time.perf_counter()
-    sol, info = solve_decentralized(inst, method="decentralized")
-    t_dec = time.perf_counter() - t0
-    ev = system.evaluate(inst, sol)
-    t0 = time.perf_counter()
-    enum = solve(inst, "ipopt-enum")
-    t_enum = time.perf_counter() - t0
-    ev_e = system.evaluate(inst, enum.solution)
-    per = info["messages"]["per_node_per_outer"]
-    return {
-        "preset": preset, "seed": seed, "N": inst.N, "B": inst.B, "S": inst.S, "T": inst.T,
-        "dec_objective": ev.objective, "dec_feasible": ev.feasible,
-        "stop_reason": info["stop_reason"], "violation_relaxed": info["violation_relaxed"],
-        "enum_objective": ev_e.objective, "enum_feasible": ev_e.feasible,
-        "gap": ev.objective / ev_e.objective - 1.0,
-        "dec_aggregators": " ".join(str(r.aggregator) for r in sol.rounds),
-        "enum_aggregators": " ".join(str(r.aggregator) for r in enum.solution.rounds),
-        "outer_iters": info["outer_iterations"], "inner_iters": info["inner_iterations"],
-        "msgs_mean": per["count"]["mean"], "msgs_max": per["count"]["max"],
-        "bytes_mean": per["bytes"]["mean"], "bytes_max": per["bytes"]["max"],
-        "central_steps": "|".join(info["central_steps"]) or "-",
-        "dec_wall_s": t_dec, "enum_wall_s": t_enum}
+    inst = Instance.load(inst_path)
+    res = solve(inst, method, **json.loads(options))
+    rec = {"status": res.status, "solution_status": res.solution_status.value,
+           "bound": res.bound, "wall_s": res.wall_s, "objective": None, "feasible": None}
+    if res.solution is not None:
+        ev = system.evaluate(inst, res.solution)
+        rec.update(objective=ev.objective, feasible=bool(ev.feasible),
+                   aggregators=" ".join(str(int(r.aggregator)) for r in res.solution.rounds))
+        res.solution.save(sol_path)
+    if res.accounting is not None:
+        rec.update(stop_reason=res.accounting.stop_reason,
+                   central_steps=list(res.accounting.central_steps))
+    write_json_atomic(out, rec)
+    return 0
 
 
-def run(args) -> pd.DataFrame:
-    jobs = [(p, s, args.rounds_small if p == "small" else args.rounds_paper)
-            for p in args.presets for s in (args.seeds_small if p == "small" else args.seeds_paper)]
-    if args.jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(args.jobs) as ex:
-            rows = list(ex.map(one, jobs))
+class _Popen(subprocess.Popen):
+    """subprocess.Popen whose wait records the child's peak RSS (`os.wait4`), in MB."""
+
+    def _try_wait(self, wait_flags):
+        pid, sts, usage = os.wait4(self.pid, wait_flags)
+        if pid == self.pid:
+            self.rss_mb = usage.ru_maxrss / 1024.0
+        return pid, sts
+
+
+def run_one(job: dict) -> dict:
+    """The record of one (preset, seed, method) run: reused when `job["reuse"]` and a record
+    of the same commit and options exists, else measured."""
+    out = Path(job["out"])
+    key = {"commit": job["commit"], "method": job["method"], "options": job["options"]}
+    if job["reuse"] and out.exists():
+        rec = json.loads(out.read_text())
+        if rec.get("key") == key:
+            return rec
+    tmp = out.with_name(out.name + ".part")
+    tmp.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "benchmarks.bench_dec_quality", "--worker", job["inst"],
+           job["method"], json.dumps(job["options"]), str(tmp), job["solution"]]
+    t0 = time.perf_counter()
+    p = _Popen(cmd, cwd=common.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _o, err = p.communicate(timeout=job["timeout"])
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _o, err = p.communicate()
+    wall = time.perf_counter() - t0
+    if p.returncode == 0 and tmp.exists():
+        rec = json.loads(tmp.read_text())
     else:
-        rows = [one(j) for j in jobs]
-    return pd.DataFrame(rows)
+        rec = {"status": "crashed" if p.returncode else "no_record", "objective": None,
+               "feasible": None, "bound": None, "stderr": (err or "")[-800:]}
+    rec.update(key=key, rc=p.returncode, process_wall_s=wall,
+               peak_rss_mb=getattr(p, "rss_mb", float("nan")))
+    from cefl_opt.io import write_json_atomic
+    write_json_atomic(out, rec)
+    tmp.unlink(missing_ok=True)
+    return rec
 
 
-def figure(df: pd.DataFrame, path):
+# ---------------------------------------------------------------------- the runs of one seed
+def _instance(preset: str, seed: int, rounds: int, runs: Path) -> Path:
+    """The instance of (preset, seed, rounds), written once in the runs folder."""
+    from cefl_opt.generator import make_instance
+    path = runs / f"{preset}_{seed}_T{rounds}.instance.json"
+    if not path.exists():
+        make_instance(preset, seed=seed, rounds=rounds).save(path)
+    return path
+
+
+def jobs_of(args, runs: Path, commit: str) -> list[dict]:
+    """Every (preset, seed, method) run, the bound method's last."""
+    jobs = []
+    for preset in args.presets:
+        rounds = args.rounds_small if preset == "small" else args.rounds_paper
+        for seed in args.seeds_small if preset == "small" else args.seeds_paper:
+            inst = _instance(preset, seed, rounds, runs)
+            meths = [(m, {}) for m in args.methods]
+            if args.bound_time > 0:
+                meths.append((args.bound_method, {"time_limit": args.bound_time}))
+            for m, opts in meths:
+                stem = runs / f"{preset}_{seed}_T{rounds}.{m}"
+                jobs.append({"preset": preset, "seed": seed, "T": rounds, "method": m,
+                             "options": opts, "inst": str(inst), "commit": commit,
+                             "reuse": args.reuse, "out": f"{stem}.record.json",
+                             "solution": f"{stem}.solution.json",
+                             "timeout": args.timeout + 2 * args.bound_time})
+    return jobs
+
+
+def run_all(jobs: list[dict], n_jobs: int) -> list[dict]:
+    """The records of every job, in order, with a progress bar."""
+    from tqdm import tqdm
+    bar = tqdm(total=len(jobs), desc="bench_dec_quality", unit="run", file=sys.stderr)
+    recs: list[dict | None] = [None] * len(jobs)
+    if n_jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+        with ThreadPoolExecutor(n_jobs) as ex:
+            futs = {ex.submit(run_one, j): i for i, j in enumerate(jobs)}
+            for f in as_completed(futs):
+                recs[futs[f]] = f.result()
+                bar.update(1)
+    else:
+        for i, j in enumerate(jobs):
+            bar.set_postfix_str(f"{j['preset']} {j['seed']} {j['method']}")
+            recs[i] = run_one(j)
+            bar.update(1)
+    bar.close()
+    return recs
+
+
+def seed_rows(jobs: list[dict], recs: list[dict], bound_method: str) -> pd.DataFrame:
+    """One row per (preset, seed): each method's columns, best known, the gaps and the bound."""
+    rows: dict[tuple, dict] = {}
+    for j, r in zip(jobs, recs):
+        row = rows.setdefault((j["preset"], j["seed"]),
+                              {"preset": j["preset"], "seed": j["seed"], "T": j["T"]})
+        m = j["method"]
+        pre = "bound_method" if m == bound_method and j["options"].get("time_limit") else \
+            SHORT.get(m, m)
+        ok = r.get("objective") is not None and bool(r.get("feasible"))
+        row.update({f"{pre}_objective": r.get("objective") if ok else np.nan,
+                    f"{pre}_feasible": r.get("feasible"), f"{pre}_status": r.get("status"),
+                    f"{pre}_aggregators": r.get("aggregators", ""),
+                    f"{pre}_wall_s": r.get("wall_s", r.get("process_wall_s")),
+                    f"{pre}_peak_rss_mb": r.get("peak_rss_mb")})
+        if pre == "bound_method":
+            row["bound"] = np.nan if r.get("bound") is None else float(r["bound"])
+    df = pd.DataFrame(list(rows.values()))
+    objs = df.filter(regex="_objective$")
+    df["best_known"] = objs.min(axis=1)
+    for col in objs.columns:
+        df[col.replace("_objective", "_gap")] = df[col] / df["best_known"] - 1.0
+    if "bound" in df:
+        df["bound_gap"] = (df["best_known"] - df["bound"]) / df["best_known"]
+    return df
+
+
+# ---------------------------------------------------------------------- outputs
+def verdicts(df: pd.DataFrame) -> list[str]:
+    """The targets (module docstring), each with its measured value and PASS / FAIL."""
+    out = []
+
+    def check(label, value, limit):
+        ok = bool(np.isfinite(value) and value <= limit)
+        out.append(f"{label}: {value:.4g} (target <= {limit:.4g}) {'PASS' if ok else 'FAIL'}")
+
+    paper, small = df[df.preset == "paper"], df[df.preset == "small"]
+    if "dec_gap" in df:
+        if len(paper):
+            check("decentralized, paper: max gap to best known", paper.dec_gap.max(),
+                  TARGETS["dec_max"])
+            check("decentralized, paper: median gap", paper.dec_gap.median(),
+                  TARGETS["dec_median"])
+            check("decentralized, paper: max wall s", paper.dec_wall_s.max(),
+                  TARGETS["dec_wall_s"])
+        if len(small):
+            check("decentralized, small: max gap", small.dec_gap.max(), TARGETS["dec_max"])
+    if "enum_gap" in df:
+        check("ipopt-enum: max gap to best known", df.enum_gap.max(), TARGETS["enum_max"])
+    if "bound_gap" in df and len(paper):
+        check("bound, paper: median gap", paper.bound_gap.median(), TARGETS["bound_median"])
+    feas = df.filter(regex="_feasible$")
+    out.append(f"every answer feasible: {bool(feas.fillna(False).astype(bool).all(axis=None))}")
+    return out
+
+
+def figure(df: pd.DataFrame, path: Path) -> Path:
+    """Each method's gap to best known per seed (%, symlog) and the bound's gap."""
     plt = common.plt()
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    labels = [f"{p}\nseed {s}" for p, s in zip(df.preset, df.seed)]
-    lim = [0.01 if p == "small" else 0.02 for p in df.preset]
-    ax.bar(range(len(df)), 100 * df.gap, color=["C0" if g <= m else "C3"
-                                                for g, m in zip(df.gap, lim)])
-    ax.axhline(1.0, color="k", ls=":", lw=1, label="1 % criterion (small)")
-    ax.axhline(2.0, color="k", ls="--", lw=1, label="2 % criterion (paper)")
-    ax.axhline(0.0, color="k", lw=0.6)
-    ax.set_xticks(range(len(df)), labels, fontsize=8)
-    ax.set_ylabel("decentralized / ipopt-enum - 1 (%)")
-    ax.legend(fontsize=8)
-    return common.save_fig(fig, path)
+    gaps = [c for c in df.columns if c.endswith("_gap") and c != "bound_gap"]
+    fig, axes = plt.subplots(1, 2 if "bound_gap" in df else 1, figsize=(11, 3.8),
+                             squeeze=False, gridspec_kw={"width_ratios": [3, 1.3][:1 + (
+                                 "bound_gap" in df)]})
+    ax = axes[0, 0]
+    x = np.arange(len(df))
+    w = 0.8 / max(1, len(gaps))
+    for k, c in enumerate(gaps):
+        ax.bar(x + (k - (len(gaps) - 1) / 2) * w, 100 * df[c], w, label=LONG.get(c[:-4], c[:-4]))
+    ax.axhline(100 * TARGETS["dec_max"], color="k", ls="--", lw=1, label="1 % (decentralized)")
+    ax.axhline(100 * TARGETS["enum_max"], color="k", ls=":", lw=1, label="0.1 % (ipopt-enum)")
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_xticks(x, [f"{p}\n{s}" for p, s in zip(df.preset, df.seed)], fontsize=7)
+    ax.set_ylabel("objective / best known - 1 (%)")
+    ax.legend(fontsize=7, ncol=2)
+    if "bound_gap" in df:
+        ax2 = axes[0, 1]
+        shown = np.minimum(100 * df.bound_gap, 100.0)     # a negative bound: over 100 %
+        ax2.bar(x, shown, color=["C4" if g <= 1 else "C7" for g in df.bound_gap])
+        for xi, g in zip(x, df.bound_gap):
+            if g > 1:
+                ax2.text(xi, 100, f"{100 * g:.0f}", ha="center", va="bottom", fontsize=6)
+        ax2.axhline(100 * TARGETS["bound_median"], color="k", ls="--", lw=1, label="10 % goal")
+        ax2.set_xticks(x, [str(s) for s in df.seed], fontsize=7, rotation=90)
+        ax2.set_ylabel("(best known - bound) / best known (%)")
+        ax2.legend(fontsize=7)
+    return common.save_fig(fig, path, title="Gap to the best known answer and to the bound")
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """The table of the README and the results page: per seed, each method's objective and gap,
+    best known, the bound and its gap, the decentralised and ipopt-enum wall times."""
+    def pct(v):
+        return "" if pd.isna(v) else f"{100 * v:+.2f} %"
+    meths = [c[:-10] for c in df.columns if c.endswith("_objective") and c != "bound_method_objective"]
+    head = (["preset, seed"] + [f"{m} (gap)" for m in meths] + ["best known", "bound (gap)"]
+            + [f"{m} s" for m in meths if f"{m}_wall_s" in df])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in df.iterrows():
+        cells = [f"{r.preset} {r.seed}"]
+        cells += [f"{r[f'{m}_objective']:.4f} ({pct(r[f'{m}_gap'])})" for m in meths]
+        cells.append(f"{r.best_known:.4f}")
+        cells.append(f"{r.bound:.4f} ({100 * r.bound_gap:.1f} %)" if "bound" in r and
+                     pd.notna(r.get("bound")) else "-")
+        cells += [f"{r[f'{m}_wall_s']:.0f}" for m in meths if f"{m}_wall_s" in df]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return worker(*sys.argv[2:7])
     suite = common.Suite("bench_dec_quality", __doc__)
     ap = suite.ap
     ap.add_argument("--presets", default="small,paper")
-    ap.add_argument("--seeds-small", default="101,102,103,104,105,106,107,108")
-    ap.add_argument("--seeds-paper", default="101,102,103")
+    ap.add_argument("--seeds-small", default="9501,9502,9503,9504,9505,9506,9507,9508")
+    ap.add_argument("--seeds-paper", default=",".join(str(s) for s in range(9401, 9413)))
     ap.add_argument("--rounds-small", type=int, default=2)
     ap.add_argument("--rounds-paper", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=1, help="instances in parallel processes")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--bound-method", default="scip")
+    ap.add_argument("--bound-time", type=float, default=600.0,
+                    help="seconds for the bound method (0: no bound)")
+    ap.add_argument("--timeout", type=float, default=3600.0,
+                    help="seconds after which a run is killed and recorded as crashed")
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    ap.add_argument("--reuse", action="store_true",
+                    help="take a run's record again when the same commit made it")
     args = suite.start(argv, seed=False)
     args.presets = [p for p in args.presets.split(",") if p]
     for p in args.presets:
         if p not in ("small", "paper"):
             ap.error(f"--presets: unknown preset {p!r} (small, paper)")
+    args.methods = [m for m in args.methods.split(",") if m]
+    known = common.method_names()
+    for m in args.methods + [args.bound_method]:
+        if m not in known:
+            ap.error(f"--methods/--bound-method: unknown method {m!r} ({', '.join(known)})")
+    if args.bound_time < 0 or args.jobs < 1:
+        ap.error(f"--bound-time must be >= 0 and --jobs >= 1, got {args.bound_time}, {args.jobs}")
     args.seeds_small, args.seeds_paper = _ints(args.seeds_small), _ints(args.seeds_paper)
     if args.quick:
-        args.presets, args.seeds_small = ["small"], args.seeds_small[:2]
-    df = run(args)
+        args.presets, args.seeds_small, args.bound_time = ["small"], args.seeds_small[:2], 20.0
+    runs = suite.out / "dec_quality_runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    jobs = jobs_of(args, runs, _commit())
+    df = seed_rows(jobs, run_all(jobs, args.jobs), args.bound_method)
     suite.csv(df, "dec_quality.csv")
     figure(df, suite.path("dec_quality.png"))
-    suite.table(df, "decentralized vs ipopt-enum per seed",
-                ["preset", "seed", "T", "dec_objective", "enum_objective", "gap", "stop_reason",
-                 "dec_feasible", "dec_aggregators", "enum_aggregators", "outer_iters",
-                 "inner_iters", "msgs_mean", "msgs_max", "bytes_mean", "dec_wall_s",
-                 "enum_wall_s"])
-    worst = df.loc[df.gap.idxmax()]
-    print(f"\nworst gap {100 * worst.gap:.2f} % ({worst.preset} seed {worst.seed}); "
-          f"all feasible: {bool(df.dec_feasible.all())}; all converged: "
-          f"{bool((df.stop_reason == 'converged').all())}")
+    from cefl_opt.io import write_atomic
+    write_atomic(suite.path("dec_quality.md"), markdown(df))
+    print("\n" + markdown(df))
+    print("\n".join(verdicts(df)))
     return suite.finish()
 
 

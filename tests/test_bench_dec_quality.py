@@ -1,0 +1,78 @@
+"""`benchmarks/bench_dec_quality.py`'s table from run records (hand values), its verdicts on
+both sides of each target, and one real run of a method in its own process."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import bench_dec_quality as bq
+
+
+def _job(preset, seed, method, opts=None):
+    return {"preset": preset, "seed": seed, "T": 3, "method": method, "options": opts or {}}
+
+
+def _rec(obj, feasible=True, bound=None, wall=1.0):
+    return {"objective": obj, "feasible": feasible, "bound": bound, "status": "x",
+            "wall_s": wall, "aggregators": "0 1 2", "peak_rss_mb": 100.0}
+
+
+def _table():
+    jobs = [_job("paper", 1, "decentralized"), _job("paper", 1, "ipopt-enum"),
+            _job("paper", 1, "scip", {"time_limit": 10.0}),
+            _job("paper", 2, "decentralized"), _job("paper", 2, "ipopt-enum"),
+            _job("paper", 2, "scip", {"time_limit": 10.0})]
+    recs = [_rec(1.009), _rec(1.00), _rec(1.20, bound=0.90),
+            _rec(2.00), _rec(2.50, feasible=False), _rec(None, bound=1.0)]
+    return bq.seed_rows(jobs, recs, "scip")
+
+
+def test_best_known_gaps_and_bound_gap_by_hand():
+    df = _table().set_index("seed")
+    assert df.loc[1, "best_known"] == 1.00
+    assert df.loc[1, "dec_gap"] == pytest.approx(0.009)
+    assert df.loc[1, "enum_gap"] == 0.0
+    assert df.loc[1, "bound_method_gap"] == pytest.approx(0.2)   # scip's incumbent counts too
+    assert df.loc[1, "bound_gap"] == pytest.approx(0.10)
+    # an infeasible answer is no best known: seed 2's best known is decentralized's 2.00
+    assert df.loc[2, "best_known"] == 2.00 and np.isnan(df.loc[2, "enum_gap"])
+    assert df.loc[2, "bound_gap"] == pytest.approx(0.5)
+
+
+def test_verdicts_on_both_sides_of_the_targets():
+    df = _table()
+    v = "\n".join(bq.verdicts(df))
+    assert "decentralized, paper: max gap to best known: 0.009 (target <= 0.01) PASS" in v
+    assert "every answer feasible: False" in v
+    worse = df.assign(dec_gap=df.dec_gap + 0.0011)
+    assert "max gap to best known: 0.0101 (target <= 0.01) FAIL" in "\n".join(bq.verdicts(worse))
+    # ipopt-enum's NaN gap on seed 2 (infeasible) is ignored by max; 0 passes
+    assert "ipopt-enum: max gap to best known: 0 (target <= 0.001) PASS" in v
+    assert "bound, paper: median gap: 0.3 (target <= 0.1) FAIL" in v
+
+
+def test_the_markdown_table_has_one_row_per_seed():
+    md = bq.markdown(_table()).splitlines()
+    assert md[0].startswith("| preset, seed | dec (gap) | enum (gap) | best known | bound (gap)")
+    assert md[2].startswith("| paper 1 | 1.0090 (+0.90 %) | 1.0000 (+0.00 %) | 1.0000 | "
+                            "0.9000 (10.0 %)")
+    assert len(md) == 4
+
+
+def test_one_run_in_its_own_process_records_objective_and_peak_rss(tmp_path):
+    """A real run (greedy-rate on tiny): the record carries the evaluated objective, the
+    child's peak RSS, and is reused only by the same commit and options."""
+    from cefl_opt.generator import make_instance
+    inst = tmp_path / "i.json"
+    make_instance("tiny", seed=3).save(inst)
+    job = {"method": "greedy-rate", "options": {}, "inst": str(inst), "commit": "c1",
+           "reuse": True, "out": str(tmp_path / "r.json"), "solution": str(tmp_path / "s.json"),
+           "timeout": 300}
+    rec = bq.run_one(job)
+    assert rec["rc"] == 0 and rec["feasible"] and rec["peak_rss_mb"] > 10
+    assert (tmp_path / "s.json").is_file() and not list(tmp_path.glob("*.part"))
+    assert json.loads((tmp_path / "r.json").read_text())["objective"] == rec["objective"]
+    (tmp_path / "r.json").write_text(json.dumps({**rec, "objective": -1.0}))
+    assert bq.run_one(job)["objective"] == -1.0                      # same commit: reused
+    assert bq.run_one({**job, "commit": "c2"})["objective"] == rec["objective"]   # measured
