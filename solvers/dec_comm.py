@@ -405,6 +405,19 @@ class Comm:
         M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
         return M @ np.concatenate([e if p == 1 else e ** p for p in powers])
 
+    def broadcast_sums(self, plan: RelayPlan, root_values: Sequence[np.ndarray],
+                       maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
+        """``[broadcast_sum(plan, v, maps, powers) for v in root_values]``: several vectors
+        through the same maps, charged as one broadcast each (a backend may carry them in the
+        same messages)."""
+        return [self.broadcast_sum(plan, v, maps, powers) for v in root_values]
+
+    def global_max(self, plan: RelayPlan, entry_values: np.ndarray) -> float:
+        """The largest entry value of a one-quantity spanning-tree plan, known at every node:
+        a max-reduce to the root, then a broadcast back (read at this process's first node)."""
+        top = self.reduce(plan, entry_values, op="max")
+        return float(self.broadcast(plan, top)[int(plan.entry_ptr[int(self.local_nodes()[0])])])
+
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)
         vals = np.zeros((len(plan.entry_q),) + rv.shape[1:])

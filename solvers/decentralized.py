@@ -447,6 +447,7 @@ def _release(run: DecentralizedRun) -> None:
     run.st.reset_bounds()
     if run.spread:
         run.st.set_local(None)
+        run.info["exchanges"] = run.comm.exchange_report(time.perf_counter() - run.t_start)
 
 
 def _stop_reason(reason_relaxed: str, reason_finishing: str) -> str:
