@@ -149,3 +149,17 @@ def test_bench_scale_refuses_an_unknown_measure(capsys):
     assert "unknown dec5" in capsys.readouterr().err
     assert set(bench_scale.MEASURES) == {"floor", "dec", "decentralized_per_iter",
                                          "centralized_pd_per_iter", "ipopt"}
+
+
+@needs_mpiexec
+def test_exchanges_between_two_ranks_are_counted_and_batched():
+    """tests/mpi/exchange_check.py: a broadcast / reduce / max is one exchange between two
+    ranks with the bytes counted from the plan; an inner solve of `it` iterations costs
+    1 + 2 it + (its KKT tests) exchanges (the old per-level rounds: about 12 per iteration)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable,
+                        str(HERE / "mpi" / "exchange_check.py")],
+                       capture_output=True, text=True, timeout=400, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK" in p.stdout and "MISMATCH" not in p.stdout
