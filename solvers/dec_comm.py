@@ -35,8 +35,9 @@ backend that implements `exchange` (and `local_nodes`: the nodes whose entries t
 holds) gets both collectives. An mpi4py backend maps nodes to ranks (keeping graph neighbours
 together), builds a distributed-graph communicator over the rank graph
 (`Create_dist_graph_adjacent`) and implements `exchange` with one `neighbor_alltoallv` per
-round (messages between nodes on the same rank stay local); entry arrays then hold only the
-entries of `local_nodes` (in node order). Every backend adds in the same order (`reduce`
+round (messages between nodes on the same rank stay local); its collectives route between the
+ranks over the rank graph instead of per tree level (`mpi_backend`, 'Exchanges'); entry
+arrays then hold meaningful values only at the entries of `local_nodes`. Every backend adds in the same order (`reduce`
 above, and each node's own sums by the same sparse products), so the solver's iterates agree
 bit for bit across backends and partitions.
 

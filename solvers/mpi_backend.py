@@ -5,15 +5,26 @@ ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph ne
 together, the parts' work is balanced), each rank holds and computes its own nodes only
 (`local_nodes`), and messages between nodes on different ranks travel over a
 distributed-graph communicator whose edges are the rank pairs that share a graph edge
-(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange round). Messages between
+(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
 nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
 
 Layout. Every rank builds the same relay plans (deterministic) and keeps full-length entry
 arrays; only the entries of its own nodes are meaningful. `broadcast` returns an entry array
 in which every entry of a quantity that reaches one of this rank's nodes holds the root value
-(the value is the same at every entry of a quantity), the others NaN; `reduce` returns the
-(Q,) sums (or maxima) at the roots this rank owns (others NaN). The message layout of a level is
-implied by the plan (same order on both sides), so only payload floats travel.
+(the value is the same at every entry of a quantity), the others `missing`; `reduce` returns
+the (Q,) sums (or maxima) at the roots this rank owns (others `missing`).
+
+Exchanges. The relay trees fix what each node sends and is charged for (`dec_comm`); between
+the ranks a value travels the BFS tree of the rank graph rooted at its root's rank (ties to
+the smallest rank, `_rank_bfs`), one exchange per rank hop, each carrying every quantity of
+that hop from all the nodes of the rank (`_rank_routes`). A broadcast sends each quantity once
+per rank hop towards every rank holding one of its entries; a reduce moves every raw entry
+value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
+the ranks below it), where the root adds its quantity's entries in entry order, the sum one
+process computes. The layout of every round follows from the plan (the same on both sides), so
+only payload floats travel. `broadcast_sums` carries several vectors in one broadcast;
+`global_max` floods each rank's max over the rank graph (its diameter in exchanges). Each
+rank counts its exchanges, the bytes it sends and the time inside them (`exchange_report`).
 
 Accounting. Each rank charges the messages its own nodes send, exactly as `LocalComm` does;
 `snapshot` (collective: every rank calls it) sums the per-node counters over the ranks, so
@@ -438,12 +449,14 @@ class MpiComm(Comm):
 
     def exchange_report(self, wall_s: float) -> dict[str, list]:
         """Per rank (collective; every rank gets all): neighbour exchanges, payload bytes sent
-        to other ranks, seconds inside the exchanges, their share of `wall_s`, peak RSS (MB)."""
+        to other ranks, seconds inside the exchanges, their share of `wall_s`, peak RSS (MB),
+        `wall_s` (the solver's time so far on that rank)."""
         import resource
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         rows = self.world.allgather((self.exchanges, self.exchange_bytes, self.exchange_s,
-                                     self.exchange_s / wall_s if wall_s > 0 else 0.0, rss))
-        keys = ("count", "bytes", "seconds", "share_of_wall", "peak_rss_mb")
+                                     self.exchange_s / wall_s if wall_s > 0 else 0.0, rss,
+                                     wall_s))
+        keys = ("count", "bytes", "seconds", "share_of_wall", "peak_rss_mb", "wall_s")
         return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
     def gather_to_root(self, values: dict[int, object]) -> dict[int, object] | None:

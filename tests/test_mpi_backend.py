@@ -163,3 +163,16 @@ def test_exchanges_between_two_ranks_are_counted_and_batched():
                        capture_output=True, text=True, timeout=400, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK" in p.stdout and "MISMATCH" not in p.stdout
+
+
+def test_bench_scale_per_rank_columns():
+    """`bench_scale._per_rank`: one column set per rank from `info['exchanges']`, the per
+    inner iteration values divided by hand; nothing for a one-process run."""
+    from benchmarks.bench_scale import _per_rank
+    ex = {"count": [40, 40], "bytes": [800, 1600], "seconds": [1.0, 2.0],
+          "share_of_wall": [0.1, 0.2], "peak_rss_mb": [100.0, 90.0], "wall_s": [10.0, 10.0]}
+    row = _per_rank(ex, 20)
+    assert row["rank0_exchanges_per_inner"] == 2.0 and row["rank1_exchange_bytes"] == 1600
+    assert row["rank1_s_per_inner"] == 0.5 and row["rank0_peak_rss_MB"] == 100.0
+    assert len(row) == 2 * 8
+    assert _per_rank(None, 20) == {} and "rank0_s_per_inner" not in _per_rank(ex, 0)
