@@ -22,7 +22,9 @@ per rank hop towards every rank holding one of its entries; a reduce moves every
 value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
 the ranks below it), where the root adds its quantity's entries in entry order, the sum one
 process computes. The layout of every round follows from the plan (the same on both sides), so
-only payload floats travel. `broadcast_sums` carries several vectors in one broadcast;
+only payload floats travel. A rank waiting for an exchange yields its core between tests of the
+request (`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
+loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several vectors in one broadcast;
 `global_max` floods each rank's max over the rank graph (its diameter in exchanges). Each
 rank counts its exchanges, the bytes it sends and the time inside them (`exchange_report`).
 
@@ -179,8 +181,10 @@ class MpiComm(Comm):
         scounts = [int(c.size) for c in chunks]
         recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
         if self.nbr_ranks:
-            self.gcomm.Neighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
-                                          [recv, (recv_counts, None), MPI.DOUBLE])
+            req = self.gcomm.Ineighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
+                                                 [recv, (recv_counts, None), MPI.DOUBLE])
+            while not req.Test():      # waiting, give the core to the rank we wait for
+                os.sched_yield()
         self.exchanges += 1
         self.exchange_bytes += 8 * send.size
         self.exchange_s += time.perf_counter() - t0
