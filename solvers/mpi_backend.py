@@ -241,12 +241,28 @@ class MpiComm(Comm):
         hit = self._plans.get(key)
         if hit is not None and hit[0] is plan:
             return hit[1]
-        R, me = self.size, self.rank
         er = self.owner[plan.entry_node]
         root_rank = er[plan.root_entry]
+        h, rounds = self._broadcast_hops(plan, er, root_rank)
+        down = [self._by_peer(h[3] == k, h[1], h[2], h[0]) for k in range(1, rounds + 1)]
+        u = self._reduce_steps(plan, er, root_rank, rounds)
+        upward = [self._by_peer(u[3] == k, u[1], u[2], u[0]) for k in range(1, rounds + 1)]
+        me = self.rank
+        loc_ent = np.flatnonzero(er == me)
+        routes = {"rounds": rounds, "down": down, "up": upward,
+                  "heard": np.unique(plan.entry_q[loc_ent]),
+                  "own_q": np.flatnonzero(root_rank == me), "loc_ent": loc_ent}
+        self._plans[key] = (plan, routes)
+        return routes
+
+    def _broadcast_hops(self, plan: RelayPlan, er: np.ndarray, root_rank: np.ndarray
+                        ) -> tuple[np.ndarray, int]:
+        """A broadcast between the ranks: every (quantity, rank holding entries of it) pair,
+        the root's rank excepted, hears the value along the rank tree from the root's rank.
+        Returns the distinct hops as rows (quantity, from, to, round) of a (4, H) array, and
+        the number of rounds."""
+        R = self.size
         rpar, rdep = self._rank_tree
-        # a broadcast: every (quantity, rank holding entries of it) pair, root rank excepted,
-        # hears the value along the rank tree from the root's rank
         qr = np.unique(plan.entry_q * R + er)
         q, cur = qr // R, qr % R
         keep = cur != root_rank[q]
@@ -259,9 +275,14 @@ class MpiComm(Comm):
             go = src != root_rank[q]
             q, cur = q[go], src[go]
         h = np.unique(np.concatenate(hops, axis=1), axis=1) if hops else np.zeros((4, 0), int)
-        down = [self._by_peer(h[3] == k, h[1], h[2], h[0]) for k in range(1, rounds + 1)]
-        # a reduce: every entry's raw value climbs the rank tree to its root's rank (a rank at
-        # depth k sends in round rounds - k + 1, after the ranks below it)
+        return h, rounds
+
+    def _reduce_steps(self, plan: RelayPlan, er: np.ndarray, root_rank: np.ndarray,
+                      rounds: int) -> np.ndarray:
+        """A reduce between the ranks: every entry's raw value climbs the rank tree to its
+        root's rank (a rank at depth k sends in round rounds - k + 1, after the ranks below
+        it). Returns the steps as rows (entry, from, to, round) of a (4, S) array."""
+        rpar, rdep = self._rank_tree
         steps = []
         ents = np.flatnonzero(er != root_rank[plan.entry_q])
         cur = er[ents]
@@ -271,14 +292,7 @@ class MpiComm(Comm):
             steps.append(np.stack([ents, cur, nxt, rounds - rdep[rr, cur] + 1]))
             go = nxt != rr
             ents, cur = ents[go], nxt[go]
-        u = np.concatenate(steps, axis=1) if steps else np.zeros((4, 0), int)
-        upward = [self._by_peer(u[3] == k, u[1], u[2], u[0]) for k in range(1, rounds + 1)]
-        loc_ent = np.flatnonzero(er == me)
-        routes = {"rounds": rounds, "down": down, "up": upward,
-                  "heard": np.unique(plan.entry_q[loc_ent]),
-                  "own_q": np.flatnonzero(root_rank == me), "loc_ent": loc_ent}
-        self._plans[key] = (plan, routes)
-        return routes
+        return np.concatenate(steps, axis=1) if steps else np.zeros((4, 0), int)
 
     def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
