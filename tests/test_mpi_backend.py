@@ -176,3 +176,34 @@ def test_bench_scale_per_rank_columns():
     assert row["rank1_s_per_inner"] == 0.5 and row["rank0_peak_rss_MB"] == 100.0
     assert len(row) == 2 * 8
     assert _per_rank(None, 20) == {} and "rank0_s_per_inner" not in _per_rank(ex, 0)
+
+
+def test_structure_with_local_nodes_equals_the_full_one():
+    """`build_structure(local=..., allgather=...)`: the NLPs of its own nodes only, the rest
+    from the other process (here: taken from a full build); the shared structure (scales, row
+    norms, Jacobian pattern, members) equals the full build's bit for bit; a remote node
+    refuses to be evaluated; a node no process built, or no allgather, is an error."""
+    from cefl_opt.solvers.node_structure import RemoteNode, build_structure
+    inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, seed=7102)
+    full = build_structure(inst)
+    V = full.n_nodes
+    mine = list(range(0, V, 2))
+
+    def others(d):
+        pv = full.providers[d]
+        return (RemoteNode(pv.name, pv.comp, pv.row_names, pv.forcing, pv.jrow, pv.jcol),
+                pv.evaluate(full.x0[pv.comp])[3])
+    part = build_structure(inst, local=mine, allgather=lambda m: [
+        m, {d: others(d) for d in range(1, V, 2)}])
+    for k in ("scale", "row_norm", "jac_rows", "jac_cols", "jac_indptr", "row_host", "lo", "hi",
+              "primary", "force_rows"):
+        assert np.array_equal(getattr(part, k), getattr(full, k)), k
+    assert part.row_names == full.row_names
+    assert all(np.array_equal(a, b) for a, b in zip(part.members, full.members))
+    assert all(isinstance(part.providers[d], RemoteNode) == (d % 2 == 1) for d in range(V))
+    with pytest.raises(RuntimeError, match="held by another process"):
+        part.providers[1].evaluate(full.x0[part.providers[1].comp])
+    with pytest.raises(ValueError, match=r"no process built node\(s\) \[1"):
+        build_structure(inst, local=mine, allgather=lambda m: [m])
+    with pytest.raises(ValueError, match="needs allgather"):
+        build_structure(inst, local=mine)
