@@ -14,7 +14,10 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   iterations, time per outer and per inner iteration, the floor of one outer iteration (one
   linearisation + one projection of the solver's own structure, when it exposes them; with
   `build_structure`'s time and its per-node Hessian entries, max and total), messages
-  and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`;
+  and bytes per node, objective and feasibility under `cefl_opt.system.evaluate`; with R > 1
+  ranks, per rank r (`rank{r}_*`): wall time, time per inner iteration, exchanges between
+  the ranks (in total and per inner iteration), bytes sent, the exchanges' share of the wall
+  time, peak RSS;
 * `decentralized_per_iter` (per rank count, as `dec`), `centralized_pd_per_iter`: `--method
   decentralized` and `--method centralized-pd` (the same iterations with exact global dual
   updates) for `--timing-outer` (5) outer iterations: time per outer and per inner iteration.
@@ -147,11 +150,31 @@ def _summary_from_solution(sol_path: str, inst_path: str) -> dict:
            "solver_wall_s": info.get("wall_s", sol.wall_s),
            **keep, **_flatten("messages", info.get("messages"))}
     outer, inner = info.get("outer_iterations"), info.get("inner_iterations")
+    row.update(_per_rank(info.get("exchanges"), inner))
     wall = info.get("sca_s") or info.get("wall_s") or sol.wall_s
     if outer:
         row["s_per_outer"] = info.get("sca_s_per_outer") or wall / outer
     if inner:
         row["s_per_inner"] = info.get("s_per_inner") or wall / inner
+    return row
+
+
+def _per_rank(ex: dict | None, inner: int | None) -> dict:
+    """Columns of the MPI backend's per-rank report (`info['exchanges']`): per rank r, its
+    wall time, time per inner iteration, exchanges (and per inner iteration), bytes sent to
+    other ranks, the exchanges' share of its wall time, its peak RSS."""
+    if not ex:
+        return {}
+    row = {}
+    for r, (n, b, s, share, rss, wall) in enumerate(zip(
+            ex["count"], ex["bytes"], ex["seconds"], ex["share_of_wall"], ex["peak_rss_mb"],
+            ex["wall_s"])):
+        row.update({f"rank{r}_wall_s": wall, f"rank{r}_exchanges": n,
+                    f"rank{r}_exchange_bytes": b, f"rank{r}_exchange_s": s,
+                    f"rank{r}_exchange_share": share, f"rank{r}_peak_rss_MB": rss})
+        if inner:
+            row[f"rank{r}_s_per_inner"] = wall / inner
+            row[f"rank{r}_exchanges_per_inner"] = n / inner
     return row
 
 

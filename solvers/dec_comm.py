@@ -35,8 +35,9 @@ backend that implements `exchange` (and `local_nodes`: the nodes whose entries t
 holds) gets both collectives. An mpi4py backend maps nodes to ranks (keeping graph neighbours
 together), builds a distributed-graph communicator over the rank graph
 (`Create_dist_graph_adjacent`) and implements `exchange` with one `neighbor_alltoallv` per
-round (messages between nodes on the same rank stay local); entry arrays then hold only the
-entries of `local_nodes` (in node order). Every backend adds in the same order (`reduce`
+round (messages between nodes on the same rank stay local); its collectives route between the
+ranks over the rank graph instead of per tree level (`mpi_backend`, 'Exchanges'); entry
+arrays then hold meaningful values only at the entries of `local_nodes`. Every backend adds in the same order (`reduce`
 above, and each node's own sums by the same sparse products), so the solver's iterates agree
 bit for bit across backends and partitions.
 
@@ -404,6 +405,19 @@ class Comm:
         e = self.broadcast(plan, root_values)
         M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
         return M @ np.concatenate([e if p == 1 else e ** p for p in powers])
+
+    def broadcast_sums(self, plan: RelayPlan, root_values: Sequence[np.ndarray],
+                       maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
+        """``[broadcast_sum(plan, v, maps, powers) for v in root_values]``: several vectors
+        through the same maps, charged as one broadcast each (a backend may carry them in the
+        same messages)."""
+        return [self.broadcast_sum(plan, v, maps, powers) for v in root_values]
+
+    def global_max(self, plan: RelayPlan, entry_values: np.ndarray) -> float:
+        """The largest entry value of a one-quantity spanning-tree plan, known at every node:
+        a max-reduce to the root, then a broadcast back (read at this process's first node)."""
+        top = self.reduce(plan, entry_values, op="max")
+        return float(self.broadcast(plan, top)[int(plan.entry_ptr[int(self.local_nodes()[0])])])
 
     def _broadcast_rounds(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         rv = np.asarray(root_values, float)

@@ -327,13 +327,14 @@ def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int
         raise InstanceError(f"field 'graph_edges' is missing or empty: method {method!r} passes "
                             f"its messages over the instance's communication graph (`cefl-opt "
                             f"network generate` draws one)")
-    st = structure if structure is not None else build_structure(
-        inst, bound=bound, relax_init=(init == "relaxed"))
-    st.reset_bounds()
     spread = comm is not None and comm.backend != "local"
     if spread and method != "decentralized":
         raise ValueError(f"option '--backend {comm.backend}' runs method 'decentralized' only, "
                          f"not {method!r}")
+    own = dict(local=comm.local_nodes(), allgather=comm.world.allgather) if spread else {}
+    st = structure if structure is not None else build_structure(
+        inst, bound=bound, relax_init=(init == "relaxed"), **own)
+    st.reset_bounds()
     if comm is None and dec:
         comm = LocalComm(inst.graph(), st.node_names)
     if spread:
@@ -447,6 +448,7 @@ def _release(run: DecentralizedRun) -> None:
     run.st.reset_bounds()
     if run.spread:
         run.st.set_local(None)
+        run.info["exchanges"] = run.comm.exchange_report(time.perf_counter() - run.t_start)
 
 
 def _stop_reason(reason_relaxed: str, reason_finishing: str) -> str:

@@ -5,15 +5,28 @@ ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph ne
 together, the parts' work is balanced), each rank holds and computes its own nodes only
 (`local_nodes`), and messages between nodes on different ranks travel over a
 distributed-graph communicator whose edges are the rank pairs that share a graph edge
-(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange round). Messages between
+(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
 nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
 
 Layout. Every rank builds the same relay plans (deterministic) and keeps full-length entry
 arrays; only the entries of its own nodes are meaningful. `broadcast` returns an entry array
 in which every entry of a quantity that reaches one of this rank's nodes holds the root value
-(the value is the same at every entry of a quantity), the others NaN; `reduce` returns the
-(Q,) sums (or maxima) at the roots this rank owns (others NaN). The message layout of a level is
-implied by the plan (same order on both sides), so only payload floats travel.
+(the value is the same at every entry of a quantity), the others `missing`; `reduce` returns
+the (Q,) sums (or maxima) at the roots this rank owns (others `missing`).
+
+Exchanges. The relay trees fix what each node sends and is charged for (`dec_comm`); between
+the ranks a value travels the BFS tree of the rank graph rooted at its root's rank (ties to
+the smallest rank, `_rank_bfs`), one exchange per rank hop, each carrying every quantity of
+that hop from all the nodes of the rank (`_rank_routes`). A broadcast sends each quantity once
+per rank hop towards every rank holding one of its entries; a reduce moves every raw entry
+value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
+the ranks below it), where the root adds its quantity's entries in entry order, the sum one
+process computes. The layout of every round follows from the plan (the same on both sides), so
+only payload floats travel. A rank waiting for an exchange yields its core between tests of the
+request (`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
+loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several vectors in one broadcast;
+`global_max` floods each rank's max over the rank graph (its diameter in exchanges). Each
+rank counts its exchanges, the bytes it sends and the time inside them (`exchange_report`).
 
 Accounting. Each rank charges the messages its own nodes send, exactly as `LocalComm` does;
 `snapshot` (collective: every rank calls it) sums the per-node counters over the ranks, so
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Sequence
 
 import numpy as np
@@ -148,7 +162,12 @@ class MpiComm(Comm):
         self.nbr_ranks = nbr
         self._slot = {r: i for i, r in enumerate(nbr)}
         self.gcomm = self.world.Create_dist_graph_adjacent(nbr, nbr, reorder=False)
-        self._plans: dict[int, list] = {}
+        self._plans: dict[int, tuple] = {}
+        self._rank_tree = _rank_bfs(self.owner, self.adj, self.size)
+        self._diameter = int(self._rank_tree[1].max())
+        self.exchanges = 0           # neighbour exchanges (collectives over the rank graph)
+        self.exchange_bytes = 0      # payload bytes this rank sent to other ranks
+        self.exchange_s = 0.0        # wall time inside them (mostly waiting for the others)
 
     def local_nodes(self) -> np.ndarray:
         return self._local
@@ -157,12 +176,18 @@ class MpiComm(Comm):
     def _alltoallv(self, chunks: list[np.ndarray], recv_counts: list[int]) -> list[np.ndarray]:
         """One neighbourhood round: chunks[i] to nbr_ranks[i]; returns what each sent us."""
         from mpi4py import MPI
+        t0 = time.perf_counter()
         send = (np.concatenate(chunks) if chunks else np.zeros(0)).astype(np.float64)
         scounts = [int(c.size) for c in chunks]
         recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
         if self.nbr_ranks:
-            self.gcomm.Neighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
-                                          [recv, (recv_counts, None), MPI.DOUBLE])
+            req = self.gcomm.Ineighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
+                                                 [recv, (recv_counts, None), MPI.DOUBLE])
+            while not req.Test():      # waiting, give the core to the rank we wait for
+                os.sched_yield()
+        self.exchanges += 1
+        self.exchange_bytes += 8 * send.size
+        self.exchange_s += time.perf_counter() - t0
         offs = np.concatenate([[0], np.cumsum(recv_counts)]).astype(int)
         return [recv[offs[i]:offs[i + 1]] for i in range(len(recv_counts))]
 
@@ -198,122 +223,233 @@ class MpiComm(Comm):
         if not self.nbr_ranks:
             return []
         from mpi4py import MPI
+        t0 = time.perf_counter()
         s = np.asarray(send_counts, dtype=np.int64)
         r = np.empty(len(self.nbr_ranks), dtype=np.int64)
         self.gcomm.Neighbor_alltoall([s, MPI.INT64_T], [r, MPI.INT64_T])
+        self.exchanges += 1
+        self.exchange_bytes += 8 * s.size
+        self.exchange_s += time.perf_counter() - t0
         return r.tolist()
 
-    # ---------------------------------------------------------------- collectives
-    def _routes(self, plan: RelayPlan) -> list:
-        """Per level (parent entries pe, child entries ce): the local edges and, per neighbour
-        rank, the edges whose parent is ours and child theirs (down) or the reverse (up)."""
+    # ---------------------------------------------------------------- rank-level routing
+    def _rank_routes(self, plan: RelayPlan) -> dict:
+        """The plan between the ranks (module docstring, 'Exchanges'): per round, per
+        neighbour rank, the quantities a broadcast sends / receives and the entries a reduce
+        sends / receives. Every rank computes the same rounds from the same plan."""
         key = id(plan)
-        if key in self._plans and self._plans[key][0] is plan:
-            return self._plans[key][1]
-        routes = []
-        for lev, (pe, ce) in enumerate(plan.levels, start=1):
-            po, co = self.owner[plan.entry_node[pe]], self.owner[plan.entry_node[ce]]
-            me = self.rank
-            loc = (po == me) & (co == me)
-            p_me_c = [np.flatnonzero((po == me) & (co == r)) for r in self.nbr_ranks]
-            c_me_p = [np.flatnonzero((co == me) & (po == r)) for r in self.nbr_ranks]
-            # a reduce's sum sends the children's subtrees' raw entries up (`Comm.reduce`)
-            sub_in = [plan.subtrees(ce[ix], lev) for ix in p_me_c]
-            sub_out = [plan.subtrees(ce[ix], lev) for ix in c_me_p]
-            routes.append((pe, ce, np.flatnonzero(loc), p_me_c, c_me_p, sub_in, sub_out))
+        hit = self._plans.get(key)
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        er = self.owner[plan.entry_node]
+        root_rank = er[plan.root_entry]
+        h, rounds = self._broadcast_hops(plan, er, root_rank)
+        down = [self._by_peer(h[3] == k, h[1], h[2], h[0]) for k in range(1, rounds + 1)]
+        u = self._reduce_steps(plan, er, root_rank, rounds)
+        upward = [self._by_peer(u[3] == k, u[1], u[2], u[0]) for k in range(1, rounds + 1)]
+        me = self.rank
+        loc_ent = np.flatnonzero(er == me)
+        routes = {"rounds": rounds, "down": down, "up": upward,
+                  "heard": np.unique(plan.entry_q[loc_ent]),
+                  "own_q": np.flatnonzero(root_rank == me), "loc_ent": loc_ent}
         self._plans[key] = (plan, routes)
         return routes
 
+    def _broadcast_hops(self, plan: RelayPlan, er: np.ndarray, root_rank: np.ndarray
+                        ) -> tuple[np.ndarray, int]:
+        """A broadcast between the ranks: every (quantity, rank holding entries of it) pair,
+        the root's rank excepted, hears the value along the rank tree from the root's rank.
+        Returns the distinct hops as rows (quantity, from, to, round) of a (4, H) array, and
+        the number of rounds."""
+        R = self.size
+        rpar, rdep = self._rank_tree
+        qr = np.unique(plan.entry_q * R + er)
+        q, cur = qr // R, qr % R
+        keep = cur != root_rank[q]
+        q, cur = q[keep], cur[keep]
+        rounds = int(rdep[root_rank[q], cur].max(initial=0))
+        hops = []
+        while len(q):
+            src = rpar[root_rank[q], cur]
+            hops.append(np.stack([q, src, cur, rdep[root_rank[q], cur]]))
+            go = src != root_rank[q]
+            q, cur = q[go], src[go]
+        h = np.unique(np.concatenate(hops, axis=1), axis=1) if hops else np.zeros((4, 0), int)
+        return h, rounds
+
+    def _reduce_steps(self, plan: RelayPlan, er: np.ndarray, root_rank: np.ndarray,
+                      rounds: int) -> np.ndarray:
+        """A reduce between the ranks: every entry's raw value climbs the rank tree to its
+        root's rank (a rank at depth k sends in round rounds - k + 1, after the ranks below
+        it). Returns the steps as rows (entry, from, to, round) of a (4, S) array."""
+        rpar, rdep = self._rank_tree
+        steps = []
+        ents = np.flatnonzero(er != root_rank[plan.entry_q])
+        cur = er[ents]
+        while len(ents):
+            rr = root_rank[plan.entry_q[ents]]
+            nxt = rpar[rr, cur]
+            steps.append(np.stack([ents, cur, nxt, rounds - rdep[rr, cur] + 1]))
+            go = nxt != rr
+            ents, cur = ents[go], nxt[go]
+        return np.concatenate(steps, axis=1) if steps else np.zeros((4, 0), int)
+
+    def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per neighbour rank (in `nbr_ranks` order): the items (ascending) this rank sends to
+        it and the items it receives from it, among the transfers marked `at`."""
+        me = self.rank
+        send = [np.sort(item[at & (src == me) & (dst == r)]) for r in self.nbr_ranks]
+        recv = [np.sort(item[at & (dst == me) & (src == r)]) for r in self.nbr_ranks]
+        return send, recv
+
+    # ---------------------------------------------------------------- collectives
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
         self.msgs[self._local] += msgs[self._local]
         self.bytes[self._local] += nbytes[self._local] * width
 
-    def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        """Entry array: this rank's entries hold their quantity's root value, others
-        `missing` (NaN by default). A second axis travels in the same messages."""
+    def _known(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """(Q,) root values of the quantities that reach this rank's nodes (`missing` at the
+        others): the root ranks' values, forwarded rank to rank (one exchange per round)."""
         rv = np.asarray(root_values, float)
         tail, m = rv.shape[1:], int(np.prod(rv.shape[1:]))
-        self._charge(plan.down_msgs, plan.down_bytes, m)
-        vals = np.full((len(plan.entry_q),) + tail, np.nan)
-        roots = plan.root_entry
-        mine = self.is_local[plan.entry_node[roots]]
-        vals[roots[mine]] = rv[mine]
-        for pe, ce, loc, down, up, _si, _so in self._routes(plan):
-            vals[ce[loc]] = vals[pe[loc]]
-            got = self._alltoallv([vals[pe[ix]].ravel() for ix in down],
-                                  [ix.size * m for ix in up])
-            for ix, buf in zip(up, got):
-                vals[ce[ix]] = buf.reshape((ix.size,) + tail)
-        known = np.full((plan.n_quantities,) + tail, self.missing)
-        mine = self.is_local[plan.entry_node]
-        known[plan.entry_q[mine]] = vals[mine]
-        return known[plan.entry_q]
+        rt = self._rank_routes(plan)
+        known = np.full((plan.n_quantities,) + tail, np.nan)
+        own = rt["own_q"]
+        known[own] = rv[own]
+        for send, recv in rt["down"]:
+            got = self._alltoallv([known[ix].ravel() for ix in send],
+                                  [ix.size * m for ix in recv])
+            for ix, buf in zip(recv, got):
+                known[ix] = buf.reshape((ix.size,) + tail)
+        out = np.full_like(known, self.missing)
+        out[rt["heard"]] = known[rt["heard"]]
+        return out
+
+    def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """Entry array: the entries of every quantity that reaches one of this rank's nodes
+        hold its root value, the others `missing`. A second axis travels in the same
+        messages."""
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, int(np.prod(rv.shape[1:])))
+        return self._known(plan, rv)[plan.entry_q]
 
     def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
         """(Q,) sums (op='sum') or maxima (op='max') over each quantity's tree, at the roots
-        this rank owns (NaN at the others)."""
+        this rank owns (`missing` at the others). Every entry's raw value reaches its root's
+        rank, which adds its quantity's entries in entry order (`Comm.reduce`)."""
         if op not in ("sum", "max"):
             raise ValueError(f"reduce op {op!r}: expected 'sum' or 'max'")
-        part = np.asarray(entry_values, float).copy()
+        part = np.array(entry_values, dtype=float)
         tail, m = part.shape[1:], int(np.prod(part.shape[1:]))
         self._charge(plan.up_msgs, plan.up_bytes, m)
-        for pe, ce, loc, down, up, sub_in, sub_out in reversed(self._routes(plan)):
-            if op == "sum":     # raw entries up; the roots add them in entry order
-                got = self._alltoallv([part[ix].ravel() for ix in sub_out],
-                                      [ix.size * m for ix in sub_in])
-                for ix, buf in zip(sub_in, got):
-                    part[ix] = buf.reshape((ix.size,) + tail)
-                continue
-            np.maximum.at(part, pe[loc], part[ce[loc]])
-            got = self._alltoallv([part[ce[ix]].ravel() for ix in up],
-                                  [ix.size * m for ix in down])
-            for ix, buf in zip(down, got):
-                np.maximum.at(part, pe[ix], buf.reshape((ix.size,) + tail))
-        out = plan.summer() @ part if op == "sum" else part[plan.root_entry]
-        out[~self.is_local[plan.entry_node[plan.root_entry]]] = self.missing
+        rt = self._rank_routes(plan)
+        for send, recv in rt["up"]:
+            got = self._alltoallv([part[ix].ravel() for ix in send],
+                                  [ix.size * m for ix in recv])
+            for ix, buf in zip(recv, got):
+                part[ix] = buf.reshape((ix.size,) + tail)
+        own = rt["own_q"]
+        out = np.full((plan.n_quantities,) + tail, self.missing)
+        if op == "sum":
+            S = cached_on_plan(plan, ("mpi_own_sum",), plan, lambda: plan.summer()[own])
+            out[own] = S @ part
+        else:
+            ent = cached_on_plan(plan, ("mpi_own_ent",), plan,
+                                 lambda: np.flatnonzero(np.isin(plan.entry_q, own)))
+            top = np.full((plan.n_quantities,) + tail, -np.inf)
+            np.maximum.at(top, plan.entry_q[ent], part[ent])
+            out[own] = top[own]
         return out
 
     def reduce_product(self, plan: RelayPlan, maps, x: np.ndarray) -> np.ndarray:
         """`Comm.reduce_product` with each map cut to this rank's entries (its nodes' own
         data: the other entries' values are never sent from here)."""
-        loc = cached_on_plan(plan, ("mpi_own",), plan,
-                             lambda: np.flatnonzero(self.is_local[plan.entry_node]))
+        loc = self._rank_routes(plan)["loc_ent"]
         ent = np.zeros((len(plan.entry_q), len(maps)))
         for j, S in enumerate(maps):
             ent[loc, j] = cached_on_plan(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
         return self.reduce(plan, ent)
+
+    def _local_copies(self, plan: RelayPlan, known: np.ndarray) -> np.ndarray:
+        """This rank's entries' copies (in entry order) of the broadcast values `known`."""
+        return known[plan.entry_q[self._rank_routes(plan)["loc_ent"]]]
+
+    def _own_row_map(self, plan: RelayPlan, slot: tuple, maps, owner):
+        """(rows that read only this rank's entries, the maps side by side cut to them with
+        columns renumbered to this rank's entries (same order in every row: the same sums),
+        rows reading other entries)."""
+        loc = self._rank_routes(plan)["loc_ent"]
+        E = len(plan.entry_q)
+
+        def make():
+            M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
+            own = np.tile(self.is_local[plan.entry_node].astype(float), len(maps))
+            rows, Sl, other = _own_rows(M, own)
+            col = np.full(E * len(maps), -1, dtype=np.int64)
+            for j in range(len(maps)):
+                col[j * E + loc] = j * len(loc) + np.arange(len(loc))
+            Sc = sp.csr_matrix((Sl.data, col[Sl.indices], Sl.indptr),
+                               shape=(len(rows), len(loc) * len(maps)))
+            return rows, Sc, other
+        return cached_on_plan(plan, slot, owner, make)
+
+    def _sum_rows(self, plan, maps, powers, e: np.ndarray, slot=("mpi_cols_sum",)) -> np.ndarray:
+        rows, Sc, other = self._own_row_map(plan, slot, maps, tuple(maps))
+        r = np.zeros(maps[0].shape[0])
+        r[other] = np.nan
+        r[rows] = Sc @ np.concatenate([e if p == 1 else e ** p for p in powers])
+        return r
 
     def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
                       ) -> np.ndarray:
         """`LocalComm.broadcast_sum`'s one product (the maps side by side, each row's terms in
         one sum: the same floating-point sums) for the rows that read only this rank's
         entries (NaN at the others)."""
-        e = self.broadcast(plan, root_values)
-        rows, Sl, other = cached_on_plan(
-            plan, ("mpi_cols_sum",), tuple(maps),
-            lambda: _own_rows(sp.hstack([sp.csr_matrix(S) for S in maps], format="csr"),
-                              np.tile(self.is_local[plan.entry_node].astype(float),
-                                      len(maps))))
-        r = np.zeros(maps[0].shape[0])
-        r[other] = np.nan
-        r[rows] = Sl @ np.concatenate([e if p == 1 else e ** p for p in powers])
-        return r
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, 1)
+        return self._sum_rows(plan, maps, powers, self._local_copies(plan,
+                                                                     self._known(plan, rv)))
+
+    def broadcast_sums(self, plan: RelayPlan, root_values: Sequence[np.ndarray], maps,
+                       powers) -> list[np.ndarray]:
+        """`Comm.broadcast_sums`: the vectors travel together (one exchange per round, each
+        charged as its own broadcast)."""
+        for _ in root_values:
+            self._charge(plan.down_msgs, plan.down_bytes, 1)
+        e = self._local_copies(plan, self._known(plan, np.column_stack(root_values)))
+        return [self._sum_rows(plan, maps, powers, np.ascontiguousarray(e[:, j]))
+                for j in range(len(root_values))]
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
                           ) -> list[np.ndarray]:
         """`Comm.broadcast_product` computed for the rows that read only this rank's entries
         (NaN at the others, as the full product would give)."""
-        e = self.broadcast(plan, root_values)
+        rv = np.asarray(root_values, float)
+        self._charge(plan.down_msgs, plan.down_bytes, 1)
+        e = self._local_copies(plan, self._known(plan, rv))
         out = []
         for j, (S, p) in enumerate(zip(maps, powers)):
-            rows, Sl, other = cached_on_plan(
-                plan, ("mpi_cols", j), S,
-                lambda: _own_rows(S, self.is_local[plan.entry_node].astype(float)))
+            rows, Sc, other = self._own_row_map(plan, ("mpi_cols", j), [S], S)
             r = np.zeros(S.shape[0])
             r[other] = np.nan
-            r[rows] = Sl @ (e if p == 1 else e ** p)
+            r[rows] = Sc @ (e if p == 1 else e ** p)
             out.append(r)
         return out
+
+    def global_max(self, plan: RelayPlan, entry_values: np.ndarray) -> float:
+        """`Comm.global_max`, charged as the plan's reduce and broadcast; between the ranks
+        each rank's max is flooded over the rank graph (its diameter in exchanges, one float
+        per neighbour each), a max needing no order."""
+        self._charge(plan.up_msgs, plan.up_bytes, 1)
+        self._charge(plan.down_msgs, plan.down_bytes, 1)
+        loc = self._rank_routes(plan)["loc_ent"]
+        top = np.array([np.max(np.asarray(entry_values, float)[loc], initial=-np.inf)])
+        for _ in range(self._diameter):
+            got = self._alltoallv([top] * len(self.nbr_ranks), [1] * len(self.nbr_ranks))
+            for buf in got:
+                top = np.maximum(top, buf)
+        return float(top[0])
 
     # ---------------------------------------------------------------- accounting
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
@@ -329,6 +465,18 @@ class MpiComm(Comm):
         self.bytes[:] = 0
         return m, b
 
+    def exchange_report(self, wall_s: float) -> dict[str, list]:
+        """Per rank (collective; every rank gets all): neighbour exchanges, payload bytes sent
+        to other ranks, seconds inside the exchanges, their share of `wall_s`, peak RSS (MB),
+        `wall_s` (the solver's time so far on that rank)."""
+        import resource
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        rows = self.world.allgather((self.exchanges, self.exchange_bytes, self.exchange_s,
+                                     self.exchange_s / wall_s if wall_s > 0 else 0.0, rss,
+                                     wall_s))
+        keys = ("count", "bytes", "seconds", "share_of_wall", "peak_rss_mb", "wall_s")
+        return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
+
     def gather_to_root(self, values: dict[int, object]) -> dict[int, object] | None:
         """Rank 0 collects every rank's per-node results {node: value} (for writing the
         solution); None on the other ranks."""
@@ -339,6 +487,32 @@ class MpiComm(Comm):
         for p in parts:
             out.update(p)
         return out
+
+
+def _rank_bfs(owner: np.ndarray, adj: Sequence[np.ndarray], size: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """BFS trees of the rank graph (ranks joined where their nodes share a graph edge), one
+    per root rank: (parent[root, rank] (-1 at the root), depth[root, rank]). Ties go to the
+    smallest rank: every rank computes the same trees."""
+    nb = [set() for _ in range(size)]
+    for a, bs in enumerate(adj):
+        for b in bs:
+            if owner[a] != owner[b]:
+                nb[int(owner[a])].add(int(owner[b]))
+    par = np.full((size, size), -1, dtype=np.int64)
+    dep = np.full((size, size), -1, dtype=np.int64)
+    for r in range(size):
+        dep[r, r] = 0
+        frontier = [r]
+        while frontier:
+            nxt = []
+            for x in frontier:
+                for y in sorted(nb[x]):
+                    if dep[r, y] < 0:
+                        dep[r, y], par[r, y] = dep[r, x] + 1, x
+                        nxt.append(y)
+            frontier = nxt
+    return par, dep
 
 
 def _own_rows(S, own: np.ndarray):

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyomo.environ as pyo
@@ -823,12 +823,18 @@ def _jacobian_pattern(providers: list, rr: np.ndarray, cc: np.ndarray, dd: np.nd
 
 
 def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution | None = None,
-                    relax_init: bool = True, assoc_bias: float = 0.1) -> DecStructure:
+                    relax_init: bool = True, assoc_bias: float = 0.1,
+                    local: Sequence[int] | None = None,
+                    allgather: Callable[[Any], list] | None = None) -> DecStructure:
     """Relaxed block model + one PyomoNLP per node + shared variables + projection groups.
 
     init: w^0 (default `system.reference_solution(inst)`), loaded on every copy with tight
     epigraph variables. relax_init: indicators moved into the interior: I_s = 1/S and
-    I_nb, I_bn = (1 - assoc_bias)/B + assoc_bias x the init's association (a tie-break)."""
+    I_nb, I_bn = (1 - assoc_bias)/B + assoc_bias x the init's association (a tie-break).
+    local, allgather (a process of a spread run, e.g. one MPI rank): the NLPs of the nodes in
+    `local` only; every other node is a `RemoteNode` (its variables, rows and Jacobian
+    pattern and values at w^0, from the process holding it by `allgather`: the same scales
+    and row norms as one process)."""
     from cefl_opt import system
     t0 = time.perf_counter()
     m = build_problem(inst, binaries="relaxed", bound=bound)
@@ -842,16 +848,25 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     in_group, primary = _primaries(groups_raw, sv)
     shares = _node_shares(m)
     lifts = {id(e): e for comp in getattr(m, "_lifts", []) for e in comp.values()}
-    providers = [NodeProvider(nm, shares[nm], list(blk.coupling.component_data_objects(
-        pyo.Constraint, active=True)), sv.comp_of_var, lifts) for nm, blk in blocks.items()]
+    names = list(blocks)
+    build = range(len(names)) if local is None else [int(d) for d in local]
+    providers: list = [None] * len(names)
+    jac0: list = [None] * len(names)
+    for d in build:
+        providers[d] = NodeProvider(names[d], shares[names[d]], list(
+            blocks[names[d]].coupling.component_data_objects(pyo.Constraint, active=True)),
+            sv.comp_of_var, lifts)
+    for d in build:
+        jac0[d] = providers[d].evaluate(sv.x0[providers[d].comp])[3]
+    if local is not None:
+        _fill_remote(providers, jac0, list(build), allgather)
     members = _members(sv, providers, primary)
     K_rows = [len(pv.row_names) for pv in providers]
     row_ptr = np.concatenate([[0], np.cumsum(K_rows)]).astype(np.int64)
     K = int(row_ptr[-1])
-    evals = [pv.evaluate(sv.x0[pv.comp]) for pv in providers]
     rr = np.concatenate([pv.jrow + row_ptr[d] for d, pv in enumerate(providers)]).astype(np.int64)
     cc = np.concatenate([pv.comp[pv.jcol] for pv in providers]).astype(np.int64)
-    dd = np.concatenate([e[3] for e in evals])
+    dd = np.concatenate(jac0)
     scale = _scales(sv, groups_raw, rr, cc, dd, K)
     ulo, uhi = sv.lo / scale, sv.hi / scale
     groups, counts = _group_batches(groups_raw, scale, ulo, uhi, in_group)
@@ -868,6 +883,41 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     st._build_batches()
     st.build_s = time.perf_counter() - t0
     return st
+
+
+@dataclass
+class RemoteNode:
+    """A node whose NLP another process holds: what the shared structure reads of it (its
+    shared variables, rows and Jacobian pattern). It is never evaluated here."""
+    name: str
+    comp: np.ndarray
+    row_names: list[str]
+    forcing: np.ndarray
+    jrow: np.ndarray
+    jcol: np.ndarray
+
+    def evaluate(self, x_local: np.ndarray):
+        raise RuntimeError(f"node {self.name} is held by another process")
+
+    hessian_diag = evaluate
+
+
+def _fill_remote(providers: list, jac0: list, built: list[int],
+                 allgather: Callable[[Any], list] | None) -> None:
+    """Every process sends its nodes' `RemoteNode` data and Jacobian values at w^0 to all
+    (one `allgather`); the nodes not built here become `RemoteNode`s."""
+    if allgather is None:
+        raise ValueError("build_structure(local=...) needs allgather")
+    mine = {d: (RemoteNode(providers[d].name, providers[d].comp, providers[d].row_names,
+                           providers[d].forcing, providers[d].jrow, providers[d].jcol),
+                jac0[d]) for d in built}
+    for part in allgather(mine):
+        for d, (node, jd) in part.items():
+            if providers[d] is None:
+                providers[d], jac0[d] = node, jd
+    missing = [d for d, pv in enumerate(providers) if pv is None]
+    if missing:
+        raise ValueError(f"build_structure: no process built node(s) {missing[:5]}")
 
 
 def _epigraphs(root_vars: list) -> tuple[np.ndarray, np.ndarray]:

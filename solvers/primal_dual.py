@@ -233,9 +233,7 @@ class InnerSolver:
             _group_max(node_max, per_row, self._row_groups)
         if per_var is not None and len(per_var):
             _group_max(node_max, per_var, self._var_groups)
-        ent = node_max[self.gplan.entry_node]
-        top = self.comm.reduce(self.gplan, ent, op="max")
-        return float(self.comm.broadcast(self.gplan, top)[self._gent])
+        return self.comm.global_max(self.gplan, node_max[self.gplan.entry_node])
 
     def _global_max_var(self, per_var: np.ndarray) -> float:
         """Largest value over all shared variables (at their primaries), at least 0."""
@@ -287,6 +285,16 @@ class InnerSolver:
             out = self.comm.broadcast_sum(self.plan, du, maps, (1, 2))
         out += c
         return out
+
+    def _row_values_pair(self, c: np.ndarray, maps: tuple, d1: np.ndarray, d2: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """`_row_values` at d1 and at d2 (decentralized: both in one `Comm.broadcast_sums`)."""
+        if self.mode == "centralized":
+            return self._row_values(c, maps, d1), self._row_values(c, maps, d2)
+        out = self.comm.broadcast_sums(self.plan, [d1, d2], maps, (1, 2))
+        for o in out:
+            o += c
+        return out[0], out[1]
 
     # ---------------------------------------------------------------- one surrogate
     def dual_steps(self, lin: Linearisation, q: np.ndarray, free: np.ndarray) -> np.ndarray:
@@ -361,9 +369,14 @@ class InnerSolver:
             du_new = self._primal_step(lin, q, tau_inv, self._row_terms(maps, y), du)
             d_bar = 2.0 * du_new
             d_bar -= du
-            y_new = self._dual_step(y, sigma, self._row_values(lin.c, rmaps, d_bar), held, held_y)
-            if it % 10 == 0 or it == k.inner_iters:
-                res = self._kkt(lin.c, rmaps, du_new, du, y_new, free, tau_inv)
+            check = it % 10 == 0 or it == k.inner_iters
+            if check:      # C~ at d_bar (the step) and at du_new (the KKT test), sent together
+                Ct, Cn = self._row_values_pair(lin.c, rmaps, d_bar, du_new)
+            else:
+                Ct = self._row_values(lin.c, rmaps, d_bar)
+            y_new = self._dual_step(y, sigma, Ct, held, held_y)
+            if check:
+                res = self._kkt(Cn, du_new, du, y_new, free, tau_inv)
                 if res <= tol:
                     du, y = du_new, y_new
                     break
@@ -406,11 +419,10 @@ class InnerSolver:
         z[held] = held_y
         return z
 
-    def _kkt(self, c, rmaps, du_new, du, y_new, free, tau_inv) -> float:
+    def _kkt(self, Cn, du_new, du, y_new, free, tau_inv) -> float:
         """Largest KKT residual over all rows and shared variables (dual: complementarity and
-        feasibility at du_new; primal: |du_new - du| / tau)."""
+        feasibility at du_new, Cn = C~(du_new); primal: |du_new - du| / tau)."""
         cap = self.k.dual_cap
-        Cn = self._row_values(c, rmaps, du_new)
         kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
         pr = np.abs(du_new - du) * tau_inv       # at the primaries
         return self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)

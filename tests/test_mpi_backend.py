@@ -149,3 +149,61 @@ def test_bench_scale_refuses_an_unknown_measure(capsys):
     assert "unknown dec5" in capsys.readouterr().err
     assert set(bench_scale.MEASURES) == {"floor", "dec", "decentralized_per_iter",
                                          "centralized_pd_per_iter", "ipopt"}
+
+
+@needs_mpiexec
+def test_exchanges_between_two_ranks_are_counted_and_batched():
+    """tests/mpi/exchange_check.py: a broadcast / reduce / max is one exchange between two
+    ranks with the bytes counted from the plan; an inner solve of `it` iterations costs
+    1 + 2 it + (its KKT tests) exchanges (the old per-level rounds: about 12 per iteration)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable,
+                        str(HERE / "mpi" / "exchange_check.py")],
+                       capture_output=True, text=True, timeout=400, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK" in p.stdout and "MISMATCH" not in p.stdout
+
+
+def test_bench_scale_per_rank_columns():
+    """`bench_scale._per_rank`: one column set per rank from `info['exchanges']`, the per
+    inner iteration values divided by hand; nothing for a one-process run."""
+    from benchmarks.bench_scale import _per_rank
+    ex = {"count": [40, 40], "bytes": [800, 1600], "seconds": [1.0, 2.0],
+          "share_of_wall": [0.1, 0.2], "peak_rss_mb": [100.0, 90.0], "wall_s": [10.0, 10.0]}
+    row = _per_rank(ex, 20)
+    assert row["rank0_exchanges_per_inner"] == 2.0 and row["rank1_exchange_bytes"] == 1600
+    assert row["rank1_s_per_inner"] == 0.5 and row["rank0_peak_rss_MB"] == 100.0
+    assert len(row) == 2 * 8
+    assert _per_rank(None, 20) == {} and "rank0_s_per_inner" not in _per_rank(ex, 0)
+
+
+def test_structure_with_local_nodes_equals_the_full_one():
+    """`build_structure(local=..., allgather=...)`: the NLPs of its own nodes only, the rest
+    from the other process (here: taken from a full build); the shared structure (scales, row
+    norms, Jacobian pattern, members) equals the full build's bit for bit; a remote node
+    refuses to be evaluated; a node no process built, or no allgather, is an error."""
+    from cefl_opt.solvers.node_structure import RemoteNode, build_structure
+    inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, seed=7102)
+    full = build_structure(inst)
+    V = full.n_nodes
+    mine = list(range(0, V, 2))
+
+    def others(d):
+        pv = full.providers[d]
+        return (RemoteNode(pv.name, pv.comp, pv.row_names, pv.forcing, pv.jrow, pv.jcol),
+                pv.evaluate(full.x0[pv.comp])[3])
+    part = build_structure(inst, local=mine, allgather=lambda m: [
+        m, {d: others(d) for d in range(1, V, 2)}])
+    for k in ("scale", "row_norm", "jac_rows", "jac_cols", "jac_indptr", "row_host", "lo", "hi",
+              "primary", "force_rows"):
+        assert np.array_equal(getattr(part, k), getattr(full, k)), k
+    assert part.row_names == full.row_names
+    assert all(np.array_equal(a, b) for a, b in zip(part.members, full.members))
+    assert all(isinstance(part.providers[d], RemoteNode) == (d % 2 == 1) for d in range(V))
+    with pytest.raises(RuntimeError, match="held by another process"):
+        part.providers[1].evaluate(full.x0[part.providers[1].comp])
+    with pytest.raises(ValueError, match=r"no process built node\(s\) \[1"):
+        build_structure(inst, local=mine, allgather=lambda m: [m])
+    with pytest.raises(ValueError, match="needs allgather"):
+        build_structure(inst, local=mine)

@@ -1,0 +1,103 @@
+"""Run under `mpiexec -n 2 python tests/mpi/exchange_check.py`: the MPI backend's exchanges
+between the ranks, counted against independent truth on two ranks (one rank hop apart):
+
+* a broadcast is one exchange carrying, from each rank, one float per quantity rooted there
+  that reaches a node of the other rank; a reduce is one exchange carrying every raw entry
+  value whose root lives on the other rank (width floats each); `global_max` is one exchange
+  of one float;
+* an inner solve (PDHG) of `it` iterations is 1 + 2 it + (its KKT tests) exchanges: the step
+  sizes' reduce, then per iteration one reduce and one broadcast (the KKT test's broadcast
+  travels with the step's), and one max per KKT test.
+Exit 0 when every rank agrees, 1 otherwise; rank 0 prints a summary."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers import primal_dual
+from cefl_opt.solvers.decentralized import make_comm, solve_decentralized
+
+
+def _delta(comm, fn):
+    x0, b0 = comm.exchanges, comm.exchange_bytes
+    fn()
+    return comm.exchanges - x0, comm.exchange_bytes - b0
+
+
+def collectives(comm, bad: list[str]) -> None:
+    rng = np.random.default_rng(11)
+    V, Q, me = comm.n_nodes, 50, comm.rank
+    roots = rng.integers(0, V, Q)
+    members = [rng.choice(V, size=int(rng.integers(1, min(V, 10) + 1)), replace=False)
+               for _ in range(Q)]
+    plan = comm.plan(roots, members)
+    er = comm.owner[plan.entry_node]
+    root_rank = comm.owner[roots]
+    other_has = np.zeros(Q, dtype=bool)
+    other_has[plan.entry_q[er != me]] = True
+    want_b = 8 * int(np.sum((root_rank == me) & other_has))
+    got = _delta(comm, lambda: comm.broadcast(plan, rng.normal(size=Q)))
+    if got != (1, want_b):
+        bad.append(f"broadcast: (exchanges, bytes) {got}, expected (1, {want_b})")
+    want_r = 16 * int(np.sum((er == me) & (root_rank[plan.entry_q] != me)))
+    got = _delta(comm, lambda: comm.reduce(plan, rng.normal(size=(len(er), 2))))
+    if got != (1, want_r):
+        bad.append(f"reduce: (exchanges, bytes) {got}, expected (1, {want_r})")
+    got = _delta(comm, lambda: comm.broadcast_sums(
+        plan, [rng.normal(size=Q), rng.normal(size=Q)], [np.eye(len(er))[:3]], (1,)))
+    if got != (1, 2 * want_b):
+        bad.append(f"broadcast_sums: (exchanges, bytes) {got}, expected (1, {2 * want_b})")
+    gplan = comm.plan(np.array([0]), [np.arange(V)])
+    vals = rng.normal(size=len(gplan.entry_q))
+    top = {}
+    got = _delta(comm, lambda: top.setdefault("v", comm.global_max(gplan, vals)))
+    if got != (1, 8) or top["v"] != vals.max():
+        bad.append(f"global_max: (exchanges, bytes) {got}, value {top['v']} vs {vals.max()}")
+
+
+def inner_solves(comm, bad: list[str]) -> int:
+    seen: list[tuple[int, int, int]] = []
+    orig = primal_dual.InnerSolver.solve
+
+    def counted(self, *a, **kw):
+        x0 = comm.exchanges
+        out = orig(self, *a, **kw)
+        seen.append((comm.exchanges - x0, out[1]["inner_iters"], self.k.inner_iters))
+        return out
+    primal_dual.InnerSolver.solve = counted
+    try:
+        inst = make_instance("paper", rounds=2, seed=7101)
+        solve_decentralized(inst, max_outer=2, comm=comm)
+    finally:
+        primal_dual.InnerSolver.solve = orig
+    for x, it, cap in seen:
+        checks = it // 10 + (1 if it == cap and it % 10 else 0)
+        if x != 1 + 2 * it + checks:
+            bad.append(f"inner solve of {it} iterations: {x} exchanges, expected "
+                       f"{1 + 2 * it + checks}")
+    return sum(s[1] for s in seen)
+
+
+def main() -> int:
+    inst = make_instance("paper", rounds=2, seed=7101)
+    comm = make_comm(inst, "mpi", "decentralized")
+    if comm.size != 2:
+        print("exchange_check runs on exactly 2 ranks", file=sys.stderr)
+        return 2
+    bad: list[str] = []
+    collectives(comm, bad)
+    inner = inner_solves(comm, bad)
+    flags = comm.world.allgather(bad)
+    if comm.rank == 0:
+        print(f"inner iterations {inner}")
+        for r, f in enumerate(flags):
+            for x in f:
+                print(f"rank {r}: MISMATCH {x}")
+        print("OK" if not any(flags) else "FAILED")
+    return 0 if not any(flags) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
