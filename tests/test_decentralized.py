@@ -311,11 +311,13 @@ def test_runs_with_nlp_solvers_unimportable(tmp_path):
         "bad = [m for m in sys.modules if m.startswith(('cyipopt', 'pyscipopt')) "
         "and sys.modules[m] is not None]\n"
         "print(json.dumps({'reason': info['stop_reason'], 'feasible': info['feasible'], "
-        "'central': info['central_steps'], 'bad': bad}))\n")
+        "'central': info['central_steps'], 'bad': bad, "
+        "'searched': info['aggregator_trials'] > 0}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res == {"reason": "converged", "feasible": True, "central": [], "bad": []}
+    assert res == {"reason": "converged", "feasible": True, "central": [], "bad": [],
+                   "searched": True}
 
 
 def test_central_steps_per_method(tiny):
