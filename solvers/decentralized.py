@@ -58,6 +58,7 @@ from cefl_opt.instance import Instance, InstanceError
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
+from .aggregator_moves import Candidate, aggregator_search, best_of
 from .assoc_moves import MoveViews, association_moves, central_views, fix_indicators_at
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
@@ -244,6 +245,8 @@ class DecentralizedRun:
     msg_hist: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     neighbours_only: bool = True
     bar: Any = None
+    finished: list = field(default_factory=list)            # every finished candidate
+    finishing_records: list = field(default_factory=list)   # their finishing phases' records
 
     def sca_hooks(self) -> dict[str, Any]:
         """`run_sca`'s keyword arguments: the message-passing forms of its evaluations
@@ -314,6 +317,15 @@ def _check_arguments(method: str, init: str, max_outer: int | None,
         raise ValueError(f"consensus_rounds must be an integer >= 0, got {consensus_rounds!r}")
 
 
+def _check_search_constants(k: PDConstants) -> None:
+    """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0, candidates
+    1 or 2."""
+    if isinstance(k.agg_passes, bool) or int(k.agg_passes) != k.agg_passes or k.agg_passes < 0:
+        raise ValueError(f"constant 'agg_passes' must be an integer >= 0, got {k.agg_passes!r}")
+    if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
+        raise ValueError(f"constant 'candidates' must be 1 or 2, got {k.candidates!r}")
+
+
 def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int | None,
            bound: str, constants, seed: int, init: str, progress: bool,
            ipopt_options: dict | None, structure: DecStructure | None, comm: Comm | None) -> DecentralizedRun:
@@ -321,6 +333,7 @@ def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int
     variables (`sca.build_structure`), the relay plans over the communication graph and the
     inner solver (Alg. 2); refuses J below the relay depth."""
     k = resolve_constants(constants)
+    _check_search_constants(k)
     t_start = time.perf_counter()
     dec = method != "centralized-pd"
     if dec and not inst.graph_edges:
@@ -417,7 +430,8 @@ def _central_repair_and_polish(run: DecentralizedRun, u_rounded: np.ndarray) -> 
     return final
 
 
-def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views) -> np.ndarray:
+def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views,
+                       record: bool = True) -> np.ndarray:
     """Node-local association moves (`solvers/assoc_moves.py`, docs/decentralized.md
     "Association moves"): up to `move_passes` passes, each UE moving its uplink or downlink BS
     where that lowers J with the rest held."""
@@ -428,7 +442,8 @@ def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views) -> n
     u_moved, moved = association_moves(
         st, u_rounded, free, linearise=run.evaluator.linearise if run.dec else st.linearise,
         views=views, passes=run.k.move_passes)
-    run.info.update(moved, association_s=time.perf_counter() - t_m)
+    if record:
+        run.info.update(moved, association_s=time.perf_counter() - t_m)
     return u_moved
 
 
@@ -441,6 +456,71 @@ def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
         run.inner.set_active(st.live_entries(
             u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
     return run.run_phase(u_fixed, "fixed")
+
+
+def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
+    """J at u (the nodes' objective shares summed over the spanning tree, and broadcast back so
+    that every node holds it) and the largest scaled violation of the non-forcing rows (a
+    max-reduce and broadcast); plain array operations in centralized-pd."""
+    st, inner = run.st, run.inner
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    if not run.dec:
+        lin = st.linearise(u)
+        return float(lin.f), float(np.max(np.where(free, np.maximum(lin.c, 0.0), 0.0),
+                                          initial=0.0))
+    lin = run.evaluator.linearise(u)
+    if not run.spread:   # spread: `linearise` already broadcast J from the root
+        run.comm.broadcast(inner.gplan, np.array([lin.f]))
+    return float(lin.f), inner._global_max(np.where(free, np.maximum(lin.c, 0.0), 0.0))
+
+
+def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
+                  record: bool = False) -> Candidate:
+    """A finished candidate from the binary point u: its indicators fixed, the association
+    moves, the finishing phase (Alg. 1, indicators fixed), then J and the violation by
+    messages (`_network_value`)."""
+    fix_indicators_at(run.st, u)
+    if run.k.move_passes:
+        u = _association_moves(run, u, views, record=record)
+    u_fin, records, reason = _finishing_phase(run, u)
+    J, viol = _network_value(run, u_fin)
+    cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason, start=start)
+    run.finished.append(cand)
+    return cand
+
+
+def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
+                       t1: float) -> Candidate:
+    """Phases 2-3 and the search after them (`solvers/aggregator_moves.py`): the rounded
+    point finished, then with `candidates` = 2 the rounding of the start w^0 finished too;
+    from each, up to `agg_passes` passes of aggregator moves; the network keeps the candidate
+    of least J. Records the first finishing phase and the search in `run.info`."""
+    k, st = run.k, run.st
+    first = _finish_point(run, u_rounded, views, "relaxed", record=True)
+    run.info.update(stop_reason_finishing=first.reason,
+                    outer_iterations_finishing=len(first.records),
+                    finishing_s=time.perf_counter() - t1, objective_first=first.J)
+    t_s = time.perf_counter()
+    starts = [first]
+    if k.candidates >= 2:
+        u_start, _ = _rounding(run, st.u0)
+        starts.append(_finish_point(run, u_start, views, "start"))
+    found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0}
+    for c in starts:
+        best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
+                                      passes=k.agg_passes, viol_tol=k.viol_tol)
+        found.append(best)
+        counts = {key: counts[key] + cnt[key] for key in counts}
+    chosen = best_of(found, k.viol_tol)
+    fix_indicators_at(st, chosen.u)
+    if run.dec and run.msg_hist:   # the last evaluations' messages join the last outer's
+        msgs, nbytes = run.comm.snapshot()
+        run.msg_hist[-1] = (run.msg_hist[-1][0] + msgs, run.msg_hist[-1][1] + nbytes)
+    run.finishing_records = [r for c in run.finished for r in c.records]
+    run.info.update(counts, search_s=time.perf_counter() - t_s, candidate_chosen=chosen.start,
+                    candidate_objectives=[c.J for c in found])
+    return chosen
 
 
 def _release(run: DecentralizedRun) -> None:
@@ -472,14 +552,15 @@ def _message_counts(run: DecentralizedRun) -> dict[str, Any]:
 
 
 def _result(run: DecentralizedRun, final: Solution, records: list, reason: str,
-            t_sca: float) -> Solution:
+            t_sca: float, final_violation: float | None = None) -> Solution:
     """The returned solution: status and info, and its objective and terms as the harness's
     check `system.evaluate` computes them (reporting only; the method does not use it)."""
     from cefl_opt import system
     info = run.info
     info.update(stop_reason=reason, outer_iterations=len(records),
                 inner_iterations=int(sum(r.inner["inner_iters"] for r in records)),
-                final_max_violation=records[-1].violation if records else None,
+                final_max_violation=final_violation if final_violation is not None
+                else records[-1].violation if records else None,
                 aggregators_final=[int(r.aggregator) for r in final.rounds],
                 sca_s=time.perf_counter() - t_sca)
     if run.dec and run.msg_hist:
@@ -532,14 +613,11 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     u_rounded, views = _rounding(run, relaxed_u)
     if method == "decentralized-polish":
         final = _central_repair_and_polish(run, u_rounded)
-        reason_finishing, finishing_records = reason_relaxed, []
+        reason_finishing, finishing_records, final_violation = reason_relaxed, [], None
     else:
-        if run.k.move_passes:
-            u_rounded = _association_moves(run, u_rounded, views)
-        u_final, finishing_records, reason_finishing = _finishing_phase(run, u_rounded)
-        run.info.update(stop_reason_finishing=reason_finishing,
-                        outer_iterations_finishing=len(finishing_records),
-                        finishing_s=time.perf_counter() - t1)
+        chosen = _finish_and_search(run, u_rounded, views, t1)
+        u_final, reason_finishing = chosen.u, chosen.reason
+        finishing_records, final_violation = run.finishing_records, chosen.viol
         if run.spread:
             u_final = _gather_primaries(run.st, run.comm, u_final)
             if u_final is None:   # not process 0: the solution is written there
@@ -554,7 +632,7 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
     if run.spread:
         run.info["rank"] = run.comm.rank
     final = _result(run, final, relaxed_records + finishing_records,
-                    _stop_reason(reason_relaxed, reason_finishing), t0)
+                    _stop_reason(reason_relaxed, reason_finishing), t0, final_violation)
     if trace_path is not None:
         write_trace(trace_path, run.rows)
     run.info["trace"] = run.rows

@@ -287,6 +287,12 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "stall_window": ("outer iterations of the stall test", at_least(1), None),
     "move_passes": ("passes of node-local association moves between rounding and the finishing "
                     "phase (0: off)", at_least(0), None),
+    "agg_passes": ("passes of aggregator moves over (round, DC) after the finishing phase, "
+                   "each accepted only when the finished objective falls (0: off)",
+                   at_least(0), None),
+    "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
+                   "relaxed rounding, 2 also the rounding of the start w^0",
+                   in_interval(1, 2), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)

@@ -78,7 +78,12 @@ class PDConstants:
     stall_tol x max(1, |J|) over the last stall_window outer iterations, accepted or rejected
     (0: off).
     move_passes: passes of association moves between rounding and the finishing phase
-    (`solvers/assoc_moves.py`; 0: off)."""
+    (`solvers/assoc_moves.py`; 0: off).
+    agg_passes: coordinate passes of aggregator moves over (round, DC) after the first
+    finished point, each move accepted only when the finished J falls
+    (`solvers/aggregator_moves.py`; 0: off).
+    candidates: starts whose finished points are searched and compared by the network's
+    minimum of J: 1, the relaxed phase's rounding; 2, also the rounding of the start w^0."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -107,6 +112,8 @@ class PDConstants:
     stall_tol: float = 1e-4
     stall_window: int = 20
     move_passes: int = 5
+    agg_passes: int = 3
+    candidates: int = 2
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

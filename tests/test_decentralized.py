@@ -26,6 +26,9 @@ from cefl_opt.solvers.sca import build_structure
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
+#: the aggregator moves and the second start off (`solvers/aggregator_moves.py`)
+NO_SEARCH = {"agg_passes": 0, "candidates": 1}
+
 
 def enum_reference(inst) -> float:
     """Best Ipopt objective over all S^T aggregator choices (rule associations + repair, as
@@ -311,11 +314,13 @@ def test_runs_with_nlp_solvers_unimportable(tmp_path):
         "bad = [m for m in sys.modules if m.startswith(('cyipopt', 'pyscipopt')) "
         "and sys.modules[m] is not None]\n"
         "print(json.dumps({'reason': info['stop_reason'], 'feasible': info['feasible'], "
-        "'central': info['central_steps'], 'bad': bad}))\n")
+        "'central': info['central_steps'], 'bad': bad, "
+        "'searched': info['aggregator_trials'] > 0}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res == {"reason": "converged", "feasible": True, "central": [], "bad": []}
+    assert res == {"reason": "converged", "feasible": True, "central": [], "bad": [],
+                   "searched": True}
 
 
 def test_central_steps_per_method(tiny):
@@ -400,12 +405,14 @@ def test_finishing_phase_descends_and_stops_when_J_stalls():
     rejected and u kept; on this instance J rises by more with descent off). The stall stop:
     with stall_window W and a tolerance every step meets, the phase stops ("stalled", Results'
     termination "stalled") after exactly W outer iterations (accepted or rejected); with
-    stall_tol 0 it never stops on a stall."""
+    stall_tol 0 it never stops on a stall. The search after it is off (one finishing phase in
+    the trace)."""
     from cefl_opt.solvers.base import TerminationCondition, solve
     from cefl_opt.solvers.options import DecentralizedOptions
 
     def finishing_J(inst, **consts):
-        sol, info = solve_decentralized(inst, constants={"stall_tol": 0.0, **consts})
+        sol, info = solve_decentralized(inst, constants={"stall_tol": 0.0, **NO_SEARCH,
+                                                         **consts})
         assert info["stop_reason_finishing"] != "stalled"
         assert system.evaluate(inst, sol).feasible
         fin = [r for r in info["trace"] if r["phase"] == "fixed"]
@@ -416,12 +423,14 @@ def test_finishing_phase_descends_and_stops_when_J_stalls():
     assert np.all(finishing_J(inst) <= 1e-8)
     assert np.any(finishing_J(inst, descent=False) > 1e-8)
     paper, W = make_instance("paper", seed=0, rounds=2), 3
-    sol, info = solve_decentralized(paper, constants={"stall_tol": 1.0, "stall_window": W})
+    sol, info = solve_decentralized(paper, constants={"stall_tol": 1.0, "stall_window": W,
+                                                      **NO_SEARCH})
     fin = [r for r in info["trace"] if r["phase"] == "fixed"]
     assert info["stop_reason"] == "stalled"
     assert len(fin) == W
     assert system.evaluate(paper, sol).feasible
-    res = solve(paper, "decentralized", DecentralizedOptions(stall_tol=1.0, stall_window=W))
+    res = solve(paper, "decentralized", DecentralizedOptions(stall_tol=1.0, stall_window=W,
+                                                             **NO_SEARCH))
     assert res.termination_condition == TerminationCondition.stalled
     assert res.objective == pytest.approx(sol.objective, rel=1e-12)
 

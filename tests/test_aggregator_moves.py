@@ -1,0 +1,201 @@
+"""Aggregator moves and candidate selection of `decentralized` (solvers/aggregator_moves.py).
+
+Truth: a table of finished objectives per aggregator choice (the search must end at a point no
+single-round move improves, accepting only falls of J), brute force over every binary choice
+(`centralized.exhaustive`) on tiny instances, and the message accounting."""
+import itertools
+import subprocess
+import sys
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+from cefl_opt import system  # noqa: E402
+from cefl_opt.generator import make_instance  # noqa: E402
+from cefl_opt.solvers import aggregator_moves as agm  # noqa: E402
+from cefl_opt.solvers.decentralized import solve_decentralized  # noqa: E402
+
+TOL = 1e-6
+
+
+def _cand(J, viol=0.0, u=None):
+    return agm.Candidate(u=np.zeros(1) if u is None else u, J=J, viol=viol)
+
+
+# ---------------------------------------------------------------------- the acceptance rule
+def test_better_accepts_only_a_fall_of_J_among_feasible_points():
+    inc = _cand(2.0)
+    assert agm.better(_cand(1.9), inc, TOL)
+    assert not agm.better(_cand(2.0), inc, TOL)                   # equal: rejected
+    assert not agm.better(_cand(2.1), inc, TOL)                   # higher: rejected
+    assert not agm.better(_cand(2.0 - 1e-10), inc, TOL)           # below the relative margin
+    assert agm.better(_cand(2.0 - 1e-8), inc, TOL)                # above it
+
+
+def test_better_puts_feasible_before_infeasible():
+    assert agm.better(_cand(5.0, viol=TOL), _cand(1.0, viol=2 * TOL), TOL)   # boundary: feasible
+    assert not agm.better(_cand(1.0, viol=2 * TOL), _cand(5.0, viol=0.0), TOL)
+    assert agm.better(_cand(5.0, viol=1e-3), _cand(1.0, viol=1e-2), TOL)     # less violated
+    assert not agm.better(_cand(1.0, viol=1e-2), _cand(5.0, viol=1e-3), TOL)
+
+
+def test_best_of_is_the_minimum_and_keeps_the_first_on_ties():
+    cands = [_cand(3.0), _cand(1.0), _cand(1.0), _cand(0.5, viol=1.0)]
+    assert agm.best_of(cands, TOL) is cands[1]
+    assert agm.best_of(cands[:1], TOL) is cands[0]
+
+
+# ---------------------------------------------------------------------- the search on a table
+def _fake_structure(T, S):
+    """The parts of a DecStructure the search reads: Is indices and the scales."""
+    return SimpleNamespace(idx={"Is": np.arange(T * S).reshape(T, S)},
+                           scale=np.linspace(0.5, 2.0, T * S))
+
+
+def _point(st, aggs):
+    u = np.zeros(st.scale.size)
+    for t, s in enumerate(aggs):
+        u = agm.set_aggregator(st, u, t, s)
+    return u
+
+
+def _table_finish(st, table, calls):
+    def finish(u):
+        key = tuple(agm.aggregators(st, u))
+        calls.append(key)
+        return _cand(table[key], u=u)
+    return finish
+
+
+def test_set_aggregator_sets_one_round_only():
+    st = _fake_structure(3, 4)
+    u = _point(st, [0, 1, 2])
+    v = agm.set_aggregator(st, u, 1, 3)
+    assert agm.aggregators(st, v) == [0, 3, 2]
+    x = v * st.scale
+    assert np.allclose(x.reshape(3, 4).sum(axis=1), 1.0) and set(np.unique(x)) == {0.0, 1.0}
+    assert agm.aggregators(st, u) == [0, 1, 2]                     # u itself unchanged
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_search_ends_at_a_coordinate_minimum_and_every_move_lowers_J(seed):
+    T, S = 3, 4
+    st = _fake_structure(T, S)
+    rng = np.random.default_rng(seed)
+    table = {k: float(rng.uniform(1.0, 2.0)) for k in itertools.product(range(S), repeat=T)}
+    start = (0, 0, 0)
+    calls = []
+    inc = _cand(table[start], u=_point(st, start))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
+                                      viol_tol=TOL)
+    key = tuple(agm.aggregators(st, best.u))
+    assert best.J == table[key] <= table[start]
+    for t in range(T):               # no single-round move improves the end point
+        for s in range(S):
+            assert table[key[:t] + (s,) + key[t + 1:]] >= best.J
+    assert cnt["aggregator_trials"] == len(calls) == cnt["aggregator_visits"] * (S - 1)
+    assert cnt["aggregator_visits"] < 50 * T           # stopped by the quiet rule, not the cap
+    assert (cnt["aggregator_moves"] > 0) == (key != start)
+
+
+def test_search_keeps_the_incumbent_when_no_move_lowers_J():
+    T, S = 2, 3
+    st = _fake_structure(T, S)
+    table = {k: 2.0 for k in itertools.product(range(S), repeat=T)}
+    table[(1, 2)] = 1.0
+    inc = _cand(1.0, u=_point(st, (1, 2)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
+                                      viol_tol=TOL)
+    assert best is inc and cnt["aggregator_moves"] == 0 and cnt["aggregator_visits"] == T
+    table[(0, 2)] = 0.5                                             # now one move lowers J
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
+                                      viol_tol=TOL)
+    assert agm.aggregators(st, best.u) == [0, 2] and best.J == 0.5
+    assert cnt["aggregator_moves"] == 1
+
+
+def test_search_passes_bound_the_work():
+    st = _fake_structure(2, 3)
+    table = {k: float(-k[0] - k[1]) for k in itertools.product(range(3), repeat=2)}
+    calls = []
+    inc = _cand(0.0, u=_point(st, (0, 0)))
+    _best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=0,
+                                       viol_tol=TOL)
+    assert calls == [] and cnt["aggregator_visits"] == 0
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=1,
+                                      viol_tol=TOL)
+    assert cnt["aggregator_visits"] == 2 and len(calls) == 2 * 2     # one visit per round
+    assert agm.aggregators(st, best.u) == [2, 2]
+
+
+# ---------------------------------------------------------------------- the whole method
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tiny_equals_the_enumerated_optimum(seed):
+    """The binaries found are optimal (Ipopt with them fixed reaches the brute-force optimum);
+    the continuous part is the SCA's, within its tolerances."""
+    from cefl_opt.solvers.centralized import FixedNLP, exhaustive
+    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
+    best, _sol, _count = exhaustive(inst)
+    sol, info = solve_decentralized(inst)
+    assert info["feasible"] and info["central_steps"] == []
+    _s, _status, at_ours = FixedNLP(inst).solve(sol.rounds)
+    assert at_ours <= best * (1 + 1e-6)
+    assert best * (1 - 1e-6) <= sol.objective <= best * (1 + 1e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    inst = make_instance("tiny", seed=3, rounds=2)
+    plain = solve_decentralized(inst, constants={"agg_passes": 0, "candidates": 1})
+    full = solve_decentralized(inst)
+    return inst, plain, full
+
+
+def test_search_exchanges_neighbour_messages_only_and_they_are_counted(tiny_pair):
+    _inst, (_s0, i0), (_s1, i1) = tiny_pair
+    assert i0["aggregator_trials"] == 0 and i1["aggregator_trials"] > 0
+    assert i1["central_steps"] == [] and i1["messages"]["neighbours_only"]
+    assert i1["messages"]["total_count"] > i0["messages"]["total_count"]
+    assert i1["messages"]["total_bytes"] > i0["messages"]["total_bytes"]
+    assert i1["outer_iterations"] > i0["outer_iterations"]
+
+
+def test_search_never_raises_J(tiny_pair):
+    inst, (s0, i0), (s1, i1) = tiny_pair
+    assert i1["objective_first"] == pytest.approx(i0["objective_first"], rel=1e-12)
+    assert s1.objective <= s0.objective * (1 + 1e-9)
+    assert min(i1["candidate_objectives"]) <= i1["objective_first"]
+    assert system.evaluate(inst, s1).feasible
+    assert i1["candidate_chosen"] in ("relaxed", "start")
+
+
+@pytest.mark.parametrize("name, value", [("candidates", 0), ("candidates", 3),
+                                         ("agg_passes", -1)])
+def test_bad_search_constants_are_refused(name, value):
+    inst = make_instance("tiny", seed=0)
+    with pytest.raises(ValueError, match=name):
+        solve_decentralized(inst, constants={name: value})
+
+
+@pytest.mark.parametrize("name, value, ok", [("candidates", 0, False), ("candidates", 3, False),
+                                             ("agg_passes", -1, False),
+                                             ("candidates", 1, True), ("agg_passes", 0, True)])
+def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
+    inst = make_instance("tiny", seed=0, rounds=1)
+    path = tmp_path / "inst.json"
+    inst.save(path)
+    out_path = tmp_path / "sol.json"
+    out = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(path), "--method",
+                          "decentralized", "--set", f"{name}={value}", "--out", str(out_path)],
+                         capture_output=True, text=True, timeout=600)
+    if ok:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out_path.exists()
+    else:
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "cefl-opt: error:" in out.stderr and name in out.stderr
+        assert "Traceback" not in out.stderr and not out_path.exists()
