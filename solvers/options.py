@@ -240,6 +240,9 @@ class ScipOptions(MethodOptions):
     threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
     seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
     warm: bool = option(True, "start SCIP from the reference orchestration")
+    cutoff: float | None = option(None, "objective U of a known feasible point: SCIP searches "
+                                  "only J <= U and the bound reported is min(U, SCIP's bound), "
+                                  "valid for P (none: no cutoff)", check=positive)
     scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
 
 
