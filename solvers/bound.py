@@ -34,6 +34,9 @@ from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem
 
+from .base import Results
+from .options import BoundOptions
+
 
 def delay_floors(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
     """Per round t and aggregator k, lower bounds LA[t, k] on dA_t and LR[t, k] on dR_t (in s)
@@ -288,3 +291,42 @@ def _bar(progress: bool, total: int):
 
     from tqdm import tqdm
     return tqdm(total=total, desc="bound", unit="subproblem", file=sys.stderr)
+
+
+def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
+    """`decomposed-bound`: `decomposed_bound` within `opts.time_limit` seconds. Without
+    `opts.incumbent`, `decentralized` runs first (inside the time limit) and its answer is both
+    the incumbent that caps the delays and the solution reported; the gap is then (its
+    objective - bound) / its objective. The status is optimal when SCIP closed every round
+    subproblem (the bound is then all the decomposition can give), time limit otherwise."""
+    import time
+
+    from .base import SolutionStatus, TerminationCondition, solve
+    from .options import OptionError
+    if opts.bound != "corollary" or inst.vartheta_mode != "constant":
+        raise OptionError(f"method 'decomposed-bound' needs bound 'corollary' and vartheta_mode "
+                          f"'constant', got {opts.bound!r} and {inst.vartheta_mode!r}")
+    if opts.time_limit is None:
+        raise OptionError("option 'time_limit' must be a positive number of seconds for method "
+                          "'decomposed-bound', got none")
+    t0 = time.monotonic()
+    sol, inc, info = None, opts.incumbent, {}
+    if inc is None:
+        r = solve(inst, "decentralized", weights=opts.weights)
+        info["incumbent_method"] = "decentralized"
+        if r.solution is not None and r.solution_status in (SolutionStatus.optimal,
+                                                            SolutionStatus.feasible):
+            sol, inc = r.solution, r.objective
+    left = max(1.0, opts.time_limit - (time.monotonic() - t0))
+    db = decomposed_bound(inst, left, inc, weights=opts.weights, seed=opts.seed,
+                          progress=opts.progress)
+    info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
+                 "incumbent": inc})
+    gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
+    tc = TerminationCondition.convergenceCriteriaSatisfied if db.closed \
+        else TerminationCondition.maxTimeLimit
+    return Results(method="decomposed-bound", termination_condition=tc,
+                   solution_status=SolutionStatus.feasible if sol is not None
+                   else SolutionStatus.noSolution, solution=sol,
+                   objective=None if sol is None else inc, bound=db.bound, gap=gap, info=info,
+                   message=None if sol is not None else "a bound only: no solution is reported")

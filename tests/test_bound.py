@@ -1,7 +1,6 @@
 """The proven lower bound (solvers/bound.py) and scip's cutoff: the cuts hold at feasible
 points, the bound lies below the enumerated optimum (tiny) and below every feasible objective
 found (small), both branches of the cutoff, and bad inputs."""
-import math
 import subprocess
 import sys
 
@@ -123,9 +122,13 @@ def test_the_decomposed_bound_needs_a_constant_vartheta():
 
 
 @pytest.mark.parametrize("bad", [0.0, -2.0])
-def test_scip_cutoff_must_be_positive(bad):
+def test_scip_cutoff_and_the_methods_options_must_be_positive(bad):
+    from cefl_opt.solvers.options import BoundOptions
     with pytest.raises(OptionError, match="cutoff"):
         ScipOptions(cutoff=bad)
+    for field in ("time_limit", "incumbent"):
+        with pytest.raises(OptionError, match=field):
+            BoundOptions(**{field: bad})
     assert ScipOptions(cutoff=1e-9).cutoff == 1e-9 and ScipOptions().cutoff is None
 
 
@@ -161,3 +164,37 @@ def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it():
     assert res.bound <= best * (1 + 1e-6)
     assert res.objective == pytest.approx(best, rel=1e-4)
     assert res.info["cutoff"] == 1.05 * best
+
+
+def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it():
+    inst = make_instance("tiny", seed=1)
+    best, _sol, _count = exhaustive(inst)
+    res = solve(inst, "decomposed-bound", time_limit=20)
+    assert res.solution_status == SolutionStatus.feasible
+    ev = system.evaluate(inst, res.solution)
+    assert ev.feasible and res.objective == pytest.approx(ev.objective, rel=1e-9)
+    assert res.bound <= best * (1 + 1e-6) <= res.objective * (1 + 1e-6)
+    assert res.gap == pytest.approx((res.objective - res.bound) / res.objective)
+    assert res.info["incumbent_method"] == "decentralized"
+
+
+def test_the_method_with_an_incumbent_reports_a_bound_only():
+    inst = make_instance("tiny", seed=1)
+    res = solve(inst, "decomposed-bound", time_limit=10, incumbent=5.0)
+    assert res.solution is None and res.solution_status == SolutionStatus.noSolution
+    assert res.bound is not None and res.bound <= 5.0 and res.info["incumbent"] == 5.0
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--time-limit", "none"], "option 'time_limit' must be a positive number of seconds"),
+    (["--bound", "general"], "needs bound 'corollary'"),
+])
+def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, args, text):
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=0).save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "decomposed-bound", *args, "--out", str(tmp_path / "s.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("cefl-opt: error:") and text in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
