@@ -1,6 +1,9 @@
-"""A proven lower bound on P (`eqn: optimization objective text`) for benchmarks: SCIP's dual
-bound on the binary model, tightened by cuts that every feasible point satisfies and by an
-objective cutoff.
+"""Proven lower bounds on P (`eqn: optimization objective text`) for benchmarks.
+
+`decomposed_bound` (method `decomposed-bound`): P decomposed over rounds and aggregators, an
+ML floor plus SCIP's bound of each round with its aggregator fixed (its docstring says why
+that is valid). `lower_bound`: `scip`'s dual bound on the whole binary model. Both use the
+cuts that every feasible point satisfies and an objective cutoff, valid as below.
 
 Why the bound is valid:
 
@@ -95,7 +98,7 @@ def lower_bound(inst: Instance, time_limit: float, incumbent: float | None = Non
     kw = {"time_limit": time_limit, "bound": bound, "weights": weights, "threads": threads,
           "seed": seed, "progress": progress}
     if incumbent is not None:
-        kw["cutoff"] = incumbent
+        kw["incumbent"] = incumbent
     return solve(inst, "scip", **kw)
 
 
@@ -225,12 +228,12 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
     cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
     min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
-    bound is the least cell. With `incumbent` U (any number; a known feasible objective is the useful
-    one) the delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t) and the
-    result is min(U, that bound): min P >= min(U, min{J : J <= U}) (module docstring). Without
-    it the reference orchestration's objective plays U's role in the cap only (it is
-    feasible, so the optimum lies below it). The tighter the cap, the better SCIP bounds each
-    round: pass the best known objective.
+    bound is the least cell. With `incumbent` U (any number; a known feasible objective is the
+    useful one) the delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t)
+    and the result is min(U, that bound): min P >= min(U, min{J : J <= U}) (module
+    docstring). Without it the reference orchestration's objective plays U's role in the cap
+    only (it is feasible, so the optimum lies below it). The tighter the cap, the better SCIP
+    bounds each round: pass the best known objective.
     """
     import time
     if not _positive(time_limit):
@@ -275,7 +278,8 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
         b = min(b, incumbent)
     closed = all(s in ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
                  for row in status for s in row)
-    return DecomposedBound(bound=b, ml=float(F[j]), rounds=floors, status=status, cutoff=incumbent,
+    return DecomposedBound(bound=b, ml=float(F[j]), rounds=floors, status=status,
+                           cutoff=incumbent,
                            wall_s=time.monotonic() - t0, closed=closed)
 
 
@@ -318,8 +322,7 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
                                                             SolutionStatus.feasible):
             sol, inc = r.solution, r.objective
     left = max(1.0, opts.time_limit - (time.monotonic() - t0))
-    db = decomposed_bound(inst, left, inc, weights=opts.weights, seed=opts.seed,
-                          progress=opts.progress)
+    db = decomposed_bound(inst, left, inc, weights=opts.weights, progress=opts.progress)
     info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
                  "incumbent": inc})
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)

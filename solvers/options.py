@@ -240,9 +240,10 @@ class ScipOptions(MethodOptions):
     threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
     seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
     warm: bool = option(True, "start SCIP from the reference orchestration")
-    cutoff: float | None = option(None, "objective U of a known feasible point: SCIP searches "
-                                  "only J <= U and the bound reported is min(U, SCIP's bound), "
-                                  "valid for P (none: no cutoff)", check=positive)
+    incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
+                                     "SCIP searches only J <= U and the bound reported is "
+                                     "min(U, SCIP's bound), valid for P (none: no cutoff)",
+                                     check=positive, flagged=False)
 
 
 @dataclass(frozen=True)
@@ -252,8 +253,7 @@ class BoundOptions(MethodOptions):
                                       "share them; a number is required)", check=positive)
     incumbent: float | None = option(None, "objective of a known feasible point, which caps "
                                      "the delays (none: decentralized's answer is found first "
-                                     "and used)", check=positive)
-    seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
+                                     "and used)", check=positive, flagged=False)
     scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
 
 

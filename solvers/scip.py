@@ -29,7 +29,7 @@ IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     """`scip`: SCIP on the binary form of P with a valid box on the delay variables, the
-    aggregator cuts of `solvers.bound` and, given `opts.cutoff` U, the row J <= U; the bound
+    aggregator cuts of `solvers.bound` and, given `opts.incumbent` U, the row J <= U; the bound
     reported is then min(U, SCIP's dual bound), valid for P (`solvers.bound`)."""
     bound, weights = opts.bound, opts.weights
     if not ScipDirect().available():
@@ -40,7 +40,7 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     # which the spatial B&B has no finite box
     ref = system.reference_solution(inst)
     j_ref = system.evaluate(inst, ref, bound=bound, weights=weights).objective
-    cut = opts.cutoff
+    cut = opts.incumbent
     xi2 = (weights or {}).get("xi2", inst.xi2)
     top = j_ref if cut is None else min(j_ref, cut)
     cap = top / xi2 if xi2 > 0 else None

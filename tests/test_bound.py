@@ -124,22 +124,22 @@ def test_the_decomposed_bound_needs_a_constant_vartheta():
 @pytest.mark.parametrize("bad", [0.0, -2.0])
 def test_scip_cutoff_and_the_methods_options_must_be_positive(bad):
     from cefl_opt.solvers.options import BoundOptions
-    with pytest.raises(OptionError, match="cutoff"):
-        ScipOptions(cutoff=bad)
+    with pytest.raises(OptionError, match="incumbent"):
+        ScipOptions(incumbent=bad)
     for field in ("time_limit", "incumbent"):
         with pytest.raises(OptionError, match=field):
             BoundOptions(**{field: bad})
-    assert ScipOptions(cutoff=1e-9).cutoff == 1e-9 and ScipOptions().cutoff is None
+    assert ScipOptions(incumbent=1e-9).incumbent == 1e-9 and ScipOptions().incumbent is None
 
 
 def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path):
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
     p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "scip", "--cutoff", "0", "--out", str(tmp_path / "s.json")],
+                        "scip", "--set", "incumbent=0", "--out", str(tmp_path / "s.json")],
                        capture_output=True, text=True)
     assert p.returncode == 2
-    assert "cefl-opt: error:" in p.stderr and "cutoff" in p.stderr
+    assert "cefl-opt: error:" in p.stderr and "incumbent" in p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
 
 
@@ -151,7 +151,7 @@ def _closable():
 def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff():
     inst = _closable()
     best, _sol, _count = exhaustive(inst)
-    res = solve(inst, "scip", time_limit=60, cutoff=0.5 * best)
+    res = solve(inst, "scip", time_limit=60, incumbent=0.5 * best)
     assert res.solution_status == SolutionStatus.noSolution and res.solution is None
     assert res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied
     assert res.bound == 0.5 * best and "cutoff" in res.message
@@ -160,7 +160,7 @@ def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff():
 def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it():
     inst = _closable()
     best, _sol, _count = exhaustive(inst)
-    res = solve(inst, "scip", time_limit=120, gap=0.02, cutoff=1.05 * best)
+    res = solve(inst, "scip", time_limit=120, gap=0.02, incumbent=1.05 * best)
     assert res.bound <= best * (1 + 1e-6)
     assert res.objective == pytest.approx(best, rel=1e-4)
     assert res.info["cutoff"] == 1.05 * best
