@@ -244,6 +244,7 @@ class ScipOptions(MethodOptions):
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
+    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,6 @@ class BoundOptions(MethodOptions):
     incumbent: float | None = option(None, "objective of a known feasible point, which caps "
                                      "the delays (none: decentralized's answer is found first "
                                      "and used)", check=positive, flagged=False)
-    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
 
 
 _PRESET = "the preset's"
