@@ -240,7 +240,21 @@ class ScipOptions(MethodOptions):
     threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
     seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
     warm: bool = option(True, "start SCIP from the reference orchestration")
+    incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
+                                     "SCIP searches only J <= U and the bound reported is "
+                                     "min(U, SCIP's bound), valid for P (none: no cutoff)",
+                                     check=positive, flagged=False)
     scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
+
+
+@dataclass(frozen=True)
+class BoundOptions(MethodOptions):
+    """decomposed-bound: a proven lower bound on P (solvers/bound.py)."""
+    time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
+                                      "share them; a number is required)", check=positive)
+    incumbent: float | None = option(None, "objective of a known feasible point, which caps "
+                                     "the delays (none: decentralized's answer is found first "
+                                     "and used)", check=positive, flagged=False)
 
 
 _PRESET = "the preset's"

@@ -29,6 +29,9 @@ PLUGINS: tuple[tuple[str, ...], ...] = (
      "conventional FL: no data leaves the UEs (aggregator by greedy-rate)"),
     ("scip", "cefl_opt.solvers.scip:solve_scip", f"{_O}:ScipOptions",
      "SCIP global MINLP on the binary model: incumbent and proven lower bound", "SCIP"),
+    ("decomposed-bound", "cefl_opt.solvers.bound:solve_decomposed_bound", f"{_O}:BoundOptions",
+     "proven lower bound by decomposition over rounds and aggregators (SCIP per round), "
+     "decentralized's answer (or --incumbent) capping the delays", "SCIP"),
     ("decentralized", f"{_D}:run_decentralized", f"{_O}:DecentralizedOptions",
      "decentralised SCA and primal-dual per node (paper §V): neighbour messages only "
      "(relayed), binaries by a forcing penalty, then a finishing SCA with the binaries fixed",

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyomo.environ as pyo
+
 from pyomo.contrib.solver.common.results import TerminationCondition as PyoTC
 from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
 
@@ -16,6 +18,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, load_solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .bound import add_bound_cuts
 from .isolation import in_child, report_progress
 from .options import ScipOptions
 
@@ -25,19 +28,27 @@ IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
 
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
-    """`scip`: SCIP on the binary form of P with a valid box on the delay variables."""
+    """`scip`: SCIP on the binary form of P with a valid box on the delay variables, the
+    aggregator cuts of `solvers.bound` and, given `opts.incumbent` U, the row J <= U; the bound
+    reported is then min(U, SCIP's dual bound), valid for P (`solvers.bound`)."""
     bound, weights = opts.bound, opts.weights
     if not ScipDirect().available():
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
                           "for --method scip")
-    # every part of the objective is >= 0, so at the optimum xi2 * (dA + dR) <= J(reference):
-    # a valid bound on every delay variable, without which the spatial B&B has no finite box
+    # every part of the objective is >= 0, so at the optimum xi2 * (dA + dR) <= J(reference)
+    # (or <= the cutoff U under the row J <= U): a valid bound on every delay variable, without
+    # which the spatial B&B has no finite box
     ref = system.reference_solution(inst)
     j_ref = system.evaluate(inst, ref, bound=bound, weights=weights).objective
+    cut = opts.incumbent
     xi2 = (weights or {}).get("xi2", inst.xi2)
-    cap = j_ref / xi2 if xi2 > 0 else None
+    top = j_ref if cut is None else min(j_ref, cut)
+    cap = top / xi2 if xi2 > 0 else None
     m = build_problem(inst, binaries="binary", bound=bound, weights=weights, copies=False,
                       delay_cap=cap)
+    add_bound_cuts(m, inst)
+    if cut is not None:
+        m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= cut)
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, ref)
     params = {"limits/gap": opts.gap, "randomization/randomseedshift": opts.seed,
@@ -69,11 +80,20 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
               }.get(tc, TerminationCondition.unknown)
     has_sol = res.solution_loader.get_number_of_solutions() > 0
     info = {"scip_termination": tc.name, "scip_lower_bound": lower,
-            "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params}
+            "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params,
+            "cutoff": cut}
+    if cut is not None:  # min P >= min(U, bound under J <= U) (solvers.bound)
+        if status == TerminationCondition.provenInfeasible:
+            return Results(method="scip", termination_condition=TerminationCondition
+                           .convergenceCriteriaSatisfied, solution_status=SolutionStatus.noSolution,
+                           bound=cut, info=info, message=f"SCIP proved that no point of P has an "
+                           f"objective below the cutoff {cut:.6g}: the optimum is >= {cut:.6g}")
+        lower = None if lower is None else min(lower, cut)
     if not has_sol or status == TerminationCondition.provenInfeasible:
         return Results(method="scip", termination_condition=status,
                        solution_status=SolutionStatus.noSolution, bound=lower, info=info,
-                       message=f"SCIP ended with {tc.name} and no incumbent")
+                       message=f"SCIP ended with {tc.name} and no incumbent"
+                       + ("" if cut is None else f" below the cutoff {cut:.6g}"))
     res.solution_loader.load_vars()
     sol = clip_to_bounds(extract_solution(m), inst, bound)
     ev = system.evaluate(inst, sol, bound=bound, weights=weights)

@@ -1,0 +1,335 @@
+"""Proven lower bounds on P (`eqn: optimization objective text`) for benchmarks.
+
+`decomposed_bound` (method `decomposed-bound`): P decomposed over rounds and aggregators, an
+ML floor plus SCIP's bound of each round with its aggregator fixed (its docstring says why
+that is valid). `lower_bound`: `scip`'s dual bound on the whole binary model. Both use the
+cuts that every feasible point satisfies and an objective cutoff, valid as below.
+
+Why the bound is valid:
+
+* The aggregator cuts (`add_bound_cuts`) hold at every feasible point of P, so P's feasible set
+  and optimum are unchanged. In round t with aggregator k (I_s[t, k] = 1):
+  - `delay_agg_UE_mainpaper`: dA_t >= delta^A_n >= dM_nb + beta_M / R_bs[b, k] for UE n's upload
+    BS b (`sum_b I_nb = 1`), and R_bs <= Rmax_bs, so dA_t >= max_n min_b (dM_nb +
+    beta_M / Rmax_bs[b, k]);
+  - `delay_agg_servers_mainpaper`: dA_t >= delta^A_s = dM_{s k} for every DC s;
+  - `delay_BS_Reception_mainpaper`: dR_t >= dM_{k b} + delta^B_b >= dM_{k b} + dM_bn for the BS b
+    that sends UE n the model (`sum_b I_bn = 1`), so dR_t >= max_n min_b (dM_kb + dM_bn);
+  - `delay_server_Reception`: dR_t >= delta^R_s = dM_{k s} for every DC s.
+  Exactly one I_s[t, k] is 1, so dA_t >= sum_k LA[t, k] I_s[t, k] (and the same for dR) holds
+  at every binary point; its continuous relaxation is what SCIP's LP sees.
+* The cutoff U (any number; usually a known feasible objective): every feasible x has either
+  J(x) >= U, or J(x) <= U, and then x is feasible for P with the row J <= U, whose optimum SCIP
+  bounds below by its dual bound L_U. Hence min P >= min(U, L_U). Under the row, every part of
+  the objective is >= 0, so each delay variable is at most U / xi2: the box that the spatial
+  branch and bound needs.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+
+from cefl_opt import system
+from cefl_opt.instance import Instance
+from cefl_opt.models import build_problem
+
+from .base import Results
+from .options import BoundOptions
+
+
+def delay_floors(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
+    """Per round t and aggregator k, lower bounds LA[t, k] on dA_t and LR[t, k] on dR_t (in s)
+    that every feasible point of P with aggregator k in round t satisfies (module docstring;
+    `delay_agg_UE_mainpaper`, `delay_agg_servers_mainpaper`, `delay_BS_Reception_mainpaper`,
+    `delay_server_Reception`)."""
+    T, S = inst.T, inst.S
+    Lu = inst.ue_links()
+    dM_ss = inst.beta_M / inst.R_ss
+    dM_sb = inst.beta_M / inst.R_sb                       # [T, S, B]
+    path = inst.beta_M / inst.Rmax_bs                     # [B, S]: fastest BS -> DC gradient
+    LA, LR = np.zeros((T, S)), np.zeros((T, S))
+    for t in range(T):
+        ss = dM_ss[t].copy()
+        np.fill_diagonal(ss, 0.0)
+        for k in range(S):
+            up = max(min(inst.beta_M / inst.R_nb[t, n, b] + path[b, k] for b in Lu[n])
+                     for n in range(inst.N))
+            down = max(min(dM_sb[t, k, b] + inst.beta_M / inst.R_bn[t, b, n] for b in Lu[n])
+                       for n in range(inst.N))
+            LA[t, k] = max(up, float(ss[:, k].max()))
+            LR[t, k] = max(down, float(ss[k, :].max()))
+    return LA, LR
+
+
+def add_bound_cuts(m, inst: Instance) -> None:
+    """The aggregator cuts dA_t >= sum_k LA[t, k] I_s[t, k], dR_t >= sum_k LR[t, k] I_s[t, k]
+    (`delay_floors`) as `m.bound_cuts`, and min_k of each as the lower bound of dA_t, dR_t.
+    Valid for every feasible point (module docstring): P's feasible set does not change. On the
+    compact model (`build_problem(copies=False)`), whose dA, dR, I_s are dc[0]'s."""
+    LA, LR = delay_floors(inst)
+    own = m.dc[0]
+    m.bound_cuts = pyo.Block()
+    m.bound_cuts.dA = pyo.Constraint(m.T, rule=lambda c, t: own.dA[t] >= sum(
+        float(LA[t, k]) * own.Is[t, k] for k in m.S))
+    m.bound_cuts.dR = pyo.Constraint(m.T, rule=lambda c, t: own.dR[t] >= sum(
+        float(LR[t, k]) * own.Is[t, k] for k in m.S))
+    for t in m.T:
+        for v, lo in ((own.dA[t], LA[t].min()), (own.dR[t], LR[t].min())):
+            v.setlb(max(float(lo), v.lb or 0.0))
+
+
+def lower_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
+                bound: str = "corollary", weights: dict[str, float] | None = None,
+                threads: int = 1, seed: int = 0, progress: bool = False):
+    """A proven lower bound on P for `inst` within `time_limit` seconds: `scip` with the
+    aggregator cuts and, given `incumbent` (the objective of any point; usually the best
+    known feasible one), the cutoff row J <= incumbent (module docstring). Returns the
+    `Results` of `scip`: `bound` is the proven lower bound (None if SCIP proved none), `gap`
+    its distance to SCIP's own incumbent where it found one. A time limit that is not a
+    positive number, or a non-positive incumbent, raises `OptionError` naming the field."""
+    from .base import solve
+    from .options import OptionError
+    if time_limit is None:
+        raise OptionError("option 'time_limit' must be a positive number of seconds, got None")
+    kw = {"time_limit": time_limit, "bound": bound, "weights": weights, "threads": threads,
+          "seed": seed, "progress": progress}
+    if incumbent is not None:
+        kw["incumbent"] = incumbent
+    return solve(inst, "scip", **kw)
+
+
+# ---------------------------------------------------------------------- decomposition
+def round_instance(inst: Instance, t: int) -> Instance:
+    """Round t of `inst` as a one-round instance (every per-round field sliced)."""
+    from cefl_opt.instance import FIELDS
+    d = inst.to_dict()
+    for name, spec in FIELDS.items():
+        if spec.shape.startswith("T"):
+            d[name] = d[name][t:t + 1]
+    if d.get("ue_labels"):
+        d["ue_labels"] = d["ue_labels"][t:t + 1]
+    return Instance.from_dict(d)
+
+
+def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]:
+    """SCIP's proven lower bound on model `m` (its active objective) within `time_limit` s,
+    and SCIP's termination ('provenInfeasible': no point, the bound is +inf)."""
+    from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
+
+    from .isolation import in_child
+    from .scip import IPOPT_OPTIONS_FILE, _finite
+    params = {"limits/time": float(time_limit), "limits/gap": 1e-6,
+              "randomization/randomseedshift": seed, "numerics/feastol": 1e-7,
+              "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
+    if in_child():
+        params["misc/catchctrlc"] = False
+    res = ScipDirect().solve(m, tee=False, solver_options=params, load_solutions=False,
+                             raise_exception_on_nonoptimal_result=False)
+    tc = res.termination_condition.name
+    if tc in ("provenInfeasible", "locallyInfeasible"):
+        return math.inf, tc
+    return _finite(res.objective_bound), tc
+
+
+def round_floor(inst: Instance, t: int, a: float, mu: float, time_limit: float, *,
+                cap: float | None, weights: dict[str, float] | None = None,
+                seed: int = 0, aggregator: int | None = None) -> tuple[float | None, str]:
+    """A proven lower bound on a * (dA_t + dR_t) + xi3 * E_t (round t's delay, weighted by
+    a, and energy) over round t's feasible points with every mini-batch ratio m_i >= mu and
+    dA_t, dR_t <= cap. The objective is nondecreasing in every gamma_i and m_i (dP and EP grow
+    with gamma m, and the delay rows only loosen when they fall), so gamma = gamma_min and
+    m = mu attain its minimum and are fixed; the bound's rows (m_min, g_max epigraphs, the
+    step-size row) are dropped, which only relaxes. SCIP bounds the rest (the aggregator cuts
+    included). Returns (bound, SCIP's termination); bound +inf when SCIP proves no point."""
+    r = round_instance(inst, t)
+    m = build_problem(r, binaries="binary", bound="corollary", weights=weights, copies=False,
+                      delay_cap=cap)
+    add_bound_cuts(m, r)
+    for blk in list(m.ue.values()) + list(m.dc.values()):
+        for k in m.T:
+            blk.gamma[k].fix(r.gamma_min)
+            blk.m[k].fix(mu)
+    own = m.dc[0]
+    own.coupling.step.deactivate()
+    for blk in list(m.ue.values()) + list(m.dc.values()):
+        blk.coupling.m_min_epi.deactivate()
+        blk.coupling.g_max_epi.deactivate()
+    own.m_min.fix(r.m_floor)
+    own.g_max.fix(r.gamma_min)
+    if aggregator is not None:
+        for k in m.S:
+            own.Is[0, k].fix(1.0 if k == aggregator else 0.0)
+    m.obj.deactivate()
+    xi3 = m._weights["xi3"]
+    m.round_obj = pyo.Objective(expr=a * (own.dA[0] + own.dR[0]) + xi3 * m.energy_term)
+    return _scip_lower(m, time_limit, seed)
+
+
+def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
+             cells: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """(F, c0) per cell [g1, g2] of gbar: F a lower bound on xi1 times the part of the ML term
+    of eq:convSpecial without its drift, c0 (F0 - F*) + 16 L vt Theta sigma^2 sqrt(d/T) /
+    (m_min sqrt(gbar)) + 12 L^2 d Theta sigma^2 g_max / (gbar m_min T)
+    + 12 L^2 zeta2 d g_max^2 / (gbar T), and c0 a lower bound on xi1 times the drift's
+    factor c0 = 4 sqrt(gbar) / (vt sqrt(d T)), over the cell. gbar = d sum_t sum_i p_ti
+    gamma_ti lies in [d T gamma_min, d T gamma_max] and g_max >= max(gamma_min, gbar / (d T))
+    (the shares p_ti of a round sum to 1); m_min <= 1; each term is bounded by its monotone
+    end of the cell. The cells are `cells` geometric ones. The corollary form with a
+    constant vartheta only (ValueError otherwise)."""
+    if inst.vartheta_mode != "constant":
+        raise ValueError(f"the decomposed bound needs vartheta_mode 'constant', got "
+                         f"{inst.vartheta_mode!r}")
+    T, d = inst.T, inst.I
+    xi1 = (weights or {}).get("xi1", inst.xi1)
+    vt, L, F0, z2 = float(inst.vartheta), inst.L, inst.F0_minus_Fstar, inst.zeta2
+    ts = float(inst.Theta.max()) * float(inst.sigma.max()) ** 2
+    gmin, gcap = inst.gamma_min, inst.gamma_max
+    g = np.geomspace(d * T * gmin, d * T * gcap, cells + 1) if gcap > gmin \
+        else np.array([d * T * gmin] * 2)
+    g1, g2 = g[:-1], g[1:]
+    c0 = 4.0 * np.sqrt(g1) / (vt * math.sqrt(d * T))
+    noise = 16.0 * L * vt * ts * math.sqrt(d / T) / np.sqrt(g2)
+    local = 12.0 * L ** 2 * d * ts / T * np.maximum(gmin / g2, 1.0 / (d * T))
+    hetero = 12.0 * L ** 2 * z2 * d / T * np.maximum(gmin ** 2 / g2, g1 / (d * T) ** 2)
+    return xi1 * (c0 * F0 + noise + local + hetero), xi1 * c0
+
+
+@dataclass
+class DecomposedBound:
+    """What `decomposed_bound` proved: `bound` (a lower bound on min P), its parts (`ml`: the
+    ML floor; `rounds[t][k]`: round t's floor with aggregator k, `status[t][k]` SCIP's
+    termination there), the cutoff used and the wall time."""
+    bound: float
+    ml: float
+    rounds: list[list[float]]
+    status: list[list[str]]
+    cutoff: float | None
+    wall_s: float
+    closed: bool                     # every round floor proven optimal (or infeasible) by SCIP
+
+
+def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
+                     weights: dict[str, float] | None = None, seed: int = 0,
+                     progress: bool = False) -> DecomposedBound:
+    """A proven lower bound on P (`eqn: optimization objective text`, corollary form with a
+    constant vartheta) by decomposing it over rounds and aggregators, within about
+    `time_limit` seconds.
+
+    Writing J = xi1 (c0 (F0 - F*) + noise + local + hetero) + xi1 c0 sum_t tau_t Delta_t
+    + xi2 sum_t tau_t + xi3 sum_t E_t (eq:convSpecial, tau_t = dA_t + dR_t), the first part
+    depends only on gbar, m_min, g_max and is at least `ml_floor`'s F, and c0 >= c0_lo; what
+    is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
+    once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
+    relaxation). Round t's part is at least min_k of `round_floor` with aggregator k fixed
+    (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
+    cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
+    min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
+    bound is the least cell. With `incumbent` U (any number; a known feasible objective is the
+    useful one) the delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t)
+    and the result is min(U, that bound): min P >= min(U, min{J : J <= U}) (module
+    docstring). Without it the reference orchestration's objective plays U's role in the cap
+    only (it is feasible, so the optimum lies below it). The tighter the cap, the better SCIP
+    bounds each round: pass the best known objective.
+    """
+    import time
+    if not _positive(time_limit):
+        raise ValueError(f"option 'time_limit' must be a positive number of seconds, got "
+                         f"{time_limit!r}")
+    if incumbent is not None and not _positive(incumbent):
+        raise ValueError(f"option 'incumbent' must be a positive finite objective, got "
+                         f"{incumbent!r}")
+    t0 = time.monotonic()
+    F, c0 = ml_floor(inst, weights)
+    w = {"xi2": inst.xi2, **(weights or {})}
+    j_ref = system.evaluate(inst, system.reference_solution(inst), weights=weights).objective
+    top = j_ref if incumbent is None else min(j_ref, incumbent)
+    LA, LR = delay_floors(inst)
+    T, S = inst.T, inst.S
+    floors = [[0.0] * S for _ in range(T)]
+    status = [[""] * S for _ in range(T)]
+    jobs = [(t, k) for t in range(T) for k in range(S)]
+    bar = _bar(progress, len(jobs))
+    for i, (t, k) in enumerate(jobs):
+        a = c0[0] * float(inst.Delta[t].sum()) + w["xi2"]
+        # J >= F + a tau_t >= min F + a dA_t (every part >= 0), and J <= top: a delay cap
+        cap = (top - float(F.min())) / a if a > 0 else None
+        share = max(1.0, (time_limit - (time.monotonic() - t0)) / (len(jobs) - i))
+        lo, tc = round_floor(inst, t, a, inst.m_floor, share, cap=cap, weights=weights,
+                             seed=seed, aggregator=k)
+        cut = a * float(LA[t, k] + LR[t, k])
+        floors[t][k], status[t][k] = (cut if lo is None else max(lo, cut)), tc
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    # cell j: its c0[j] >= c0[0] raises round t's weight a_t by (c0[j] - c0[0]) Delta_t, and
+    # tau_t >= LA + LR, so the floor rises by at least that times LA + LR (a linear lower bound)
+    tau_lo = LA + LR                                                        # [T, S]
+    drift = np.array([float(inst.Delta[t].sum()) for t in range(T)])
+    rise = (c0 - c0[0])[:, None, None] * drift[None, :, None] * tau_lo[None]   # [cells, T, S]
+    total = F + (np.array(floors)[None] + rise).min(axis=2).sum(axis=1)
+    j = int(np.argmin(total))
+    b = float(total[j])
+    if incumbent is not None:
+        b = min(b, incumbent)
+    closed = all(s in ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
+                 for row in status for s in row)
+    return DecomposedBound(bound=b, ml=float(F[j]), rounds=floors, status=status,
+                           cutoff=incumbent,
+                           wall_s=time.monotonic() - t0, closed=closed)
+
+
+def _positive(x) -> bool:
+    return (isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+            and x > 0)
+
+
+def _bar(progress: bool, total: int):
+    if not progress:
+        return None
+    import sys
+
+    from tqdm import tqdm
+    return tqdm(total=total, desc="bound", unit="subproblem", file=sys.stderr)
+
+
+def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
+    """`decomposed-bound`: `decomposed_bound` within `opts.time_limit` seconds. Without
+    `opts.incumbent`, `decentralized` runs first (inside the time limit) and its answer is both
+    the incumbent that caps the delays and the solution reported; the gap is then (its
+    objective - bound) / its objective. The status is optimal when SCIP closed every round
+    subproblem (the bound is then all the decomposition can give), time limit otherwise."""
+    import time
+
+    from .base import SolutionStatus, TerminationCondition, solve
+    from .options import OptionError
+    if opts.bound != "corollary" or inst.vartheta_mode != "constant":
+        raise OptionError(f"method 'decomposed-bound' needs bound 'corollary' and vartheta_mode "
+                          f"'constant', got {opts.bound!r} and {inst.vartheta_mode!r}")
+    if opts.time_limit is None:
+        raise OptionError("option 'time_limit' must be a positive number of seconds for method "
+                          "'decomposed-bound', got none")
+    t0 = time.monotonic()
+    sol, inc, info = None, opts.incumbent, {}
+    if inc is None:
+        r = solve(inst, "decentralized", weights=opts.weights)
+        info["incumbent_method"] = "decentralized"
+        if r.solution is not None and r.solution_status in (SolutionStatus.optimal,
+                                                            SolutionStatus.feasible):
+            sol, inc = r.solution, r.objective
+    left = max(1.0, opts.time_limit - (time.monotonic() - t0))
+    db = decomposed_bound(inst, left, inc, weights=opts.weights, progress=opts.progress)
+    info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
+                 "incumbent": inc})
+    gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
+    tc = TerminationCondition.convergenceCriteriaSatisfied if db.closed \
+        else TerminationCondition.maxTimeLimit
+    return Results(method="decomposed-bound", termination_condition=tc,
+                   solution_status=SolutionStatus.feasible if sol is not None
+                   else SolutionStatus.noSolution, solution=sol,
+                   objective=None if sol is None else inc, bound=db.bound, gap=gap, info=info,
+                   message=None if sol is not None else "a bound only: no solution is reported")

@@ -1,0 +1,200 @@
+"""The proven lower bound (solvers/bound.py) and scip's cutoff: the cuts hold at feasible
+points, the bound lies below the enumerated optimum (tiny) and below every feasible objective
+found (small), both branches of the cutoff, and bad inputs."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cefl_opt import system
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
+from cefl_opt.solvers.bound import (decomposed_bound, delay_floors, ml_floor, round_instance)
+from cefl_opt.solvers.centralized import exhaustive
+from cefl_opt.solvers.options import OptionError, ScipOptions
+
+
+@pytest.fixture(scope="module")
+def small2():
+    return make_instance("small", seed=7101, rounds=2)
+
+
+@pytest.fixture(scope="module")
+def feasible_points(small2):
+    """Feasible solutions of small2: the fixed aggregator k in every round, for each k."""
+    return [solve(small2, "fixed", aggregator=k).solution for k in range(small2.S)]
+
+
+def test_delay_floors_hold_at_feasible_points_with_their_aggregator(small2, feasible_points):
+    LA, LR = delay_floors(small2)
+    assert (LA > 0).all() and (LR > 0).all()
+    for sol in feasible_points:
+        ev = system.evaluate(small2, sol)
+        assert ev.feasible
+        for t, r in enumerate(ev.rounds):
+            k = r["aggregator"]
+            assert r["dA"] >= LA[t, k] * (1 - 1e-7)
+            assert r["dR"] >= LR[t, k] * (1 - 1e-7)
+
+
+def test_delay_floor_by_hand_on_one_bs():
+    # one BS: every UE uploads through BS 0, so LA = max(max_n beta_M/R_nb + beta_M/Rmax_bs,
+    # the other DC's beta_M/R_ss) and LR = max(max_n beta_M/R_sb + beta_M/R_bn, beta_M/R_ss)
+    inst = make_instance("tiny", seed=3)
+    LA, LR = delay_floors(inst)
+    bM = inst.beta_M
+    for t in range(inst.T):
+        for k in range(inst.S):
+            o = 1 - k
+            up = max(bM / inst.R_nb[t, n, 0] for n in range(inst.N)) + bM / inst.Rmax_bs[0, k]
+            down = max(bM / inst.R_bn[t, 0, n] for n in range(inst.N)) + bM / inst.R_sb[t, k, 0]
+            assert LA[t, k] == pytest.approx(max(up, bM / inst.R_ss[t, o, k]), rel=1e-12)
+            assert LR[t, k] == pytest.approx(max(down, bM / inst.R_ss[t, k, o]), rel=1e-12)
+
+
+def test_ml_floor_lies_below_the_ml_parts_of_feasible_points(small2, feasible_points):
+    F, c0 = ml_floor(small2)
+    assert (np.diff(c0) > 0).all()
+    for sol in feasible_points + [system.reference_solution(small2)]:
+        ev = system.evaluate(small2, sol)
+        p = ev.ml_parts
+        rest = small2.xi1 * (p["init"] + p["noise"] + p["local"] + p["hetero"])
+        assert F.min() <= rest * (1 + 1e-9)
+        tau_delta = sum((r["dA"] + r["dR"]) * small2.Delta[t].sum()
+                        for t, r in enumerate(ev.rounds))
+        assert c0[0] * tau_delta <= small2.xi1 * p["drift"] * (1 + 1e-9)
+
+
+def test_round_instance_is_that_round():
+    inst = make_instance("small", seed=7102, rounds=3)
+    r = round_instance(inst, 1)
+    assert r.T == 1
+    np.testing.assert_array_equal(r.Dbar[0], inst.Dbar[1])
+    np.testing.assert_array_equal(r.R_ss[0], inst.R_ss[1])
+    np.testing.assert_array_equal(r.Rmax_bs, inst.Rmax_bs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_decomposed_bound_is_below_the_enumerated_optimum(seed):
+    inst = make_instance("tiny", seed=seed)
+    best, _sol, _count = exhaustive(inst)
+    free = decomposed_bound(inst, 8)
+    cut = decomposed_bound(inst, 20, incumbent=best)
+    assert free.bound <= best * (1 + 1e-6) and cut.bound <= best * (1 + 1e-6)
+    assert cut.bound >= 0.8 * best            # and, given the optimum's value, not a trivial one
+    assert cut.cutoff == best and free.cutoff is None
+
+
+def test_an_incumbent_below_the_optimum_is_the_bound():
+    # min P >= min(U, bound under J <= U): with U below the optimum nothing lies under the
+    # cut, and the bound is U itself
+    inst = make_instance("tiny", seed=0)
+    best, _sol, _count = exhaustive(inst)
+    r = decomposed_bound(inst, 10, incumbent=0.5 * best)
+    assert r.bound == 0.5 * best
+
+
+@pytest.mark.slow
+def test_decomposed_bound_is_below_every_feasible_objective_on_small(small2):
+    objs = [solve(small2, m).objective for m in ("decentralized", "ipopt-enum")]
+    r = decomposed_bound(small2, 60, incumbent=min(objs))
+    assert all(r.bound <= o * (1 + 1e-6) for o in objs)
+    assert r.bound > 0
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), None, True])
+def test_a_time_limit_that_is_not_positive_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="option 'time_limit' must be a positive number"):
+        decomposed_bound(make_instance("tiny", seed=0), bad)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_an_incumbent_that_is_not_positive_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="option 'incumbent' must be a positive finite"):
+        decomposed_bound(make_instance("tiny", seed=0), 5, incumbent=bad)
+
+
+def test_the_decomposed_bound_needs_a_constant_vartheta():
+    inst = make_instance("tiny", seed=0, vartheta_mode="tau_eff")
+    with pytest.raises(ValueError, match="vartheta_mode 'constant'"):
+        decomposed_bound(inst, 5)
+
+
+@pytest.mark.parametrize("bad", [0.0, -2.0])
+def test_scip_cutoff_and_the_methods_options_must_be_positive(bad):
+    from cefl_opt.solvers.options import BoundOptions
+    with pytest.raises(OptionError, match="incumbent"):
+        ScipOptions(incumbent=bad)
+    for field in ("time_limit", "incumbent"):
+        with pytest.raises(OptionError, match=field):
+            BoundOptions(**{field: bad})
+    assert ScipOptions(incumbent=1e-9).incumbent == 1e-9 and ScipOptions().incumbent is None
+
+
+def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path):
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=0).save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "scip", "--set", "incumbent=0", "--out", str(tmp_path / "s.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "cefl-opt: error:" in p.stderr and "incumbent" in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+
+
+def _closable():
+    # one BS, one round, narrow f and gamma: small enough for SCIP to close
+    return make_instance("tiny", seed=0, bss=1, rounds=1, f_min=np.full(2, 0.5e9), gamma_max=5.0)
+
+
+def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff():
+    inst = _closable()
+    best, _sol, _count = exhaustive(inst)
+    res = solve(inst, "scip", time_limit=60, incumbent=0.5 * best)
+    assert res.solution_status == SolutionStatus.noSolution and res.solution is None
+    assert res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied
+    assert res.bound == 0.5 * best and "cutoff" in res.message
+
+
+def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it():
+    inst = _closable()
+    best, _sol, _count = exhaustive(inst)
+    res = solve(inst, "scip", time_limit=120, gap=0.02, incumbent=1.05 * best)
+    assert res.bound <= best * (1 + 1e-6)
+    assert res.objective == pytest.approx(best, rel=1e-4)
+    assert res.info["cutoff"] == 1.05 * best
+
+
+def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it():
+    inst = make_instance("tiny", seed=1)
+    best, _sol, _count = exhaustive(inst)
+    res = solve(inst, "decomposed-bound", time_limit=20)
+    assert res.solution_status == SolutionStatus.feasible
+    ev = system.evaluate(inst, res.solution)
+    assert ev.feasible and res.objective == pytest.approx(ev.objective, rel=1e-9)
+    assert res.bound <= best * (1 + 1e-6) <= res.objective * (1 + 1e-6)
+    assert res.gap == pytest.approx((res.objective - res.bound) / res.objective)
+    assert res.info["incumbent_method"] == "decentralized"
+
+
+def test_the_method_with_an_incumbent_reports_a_bound_only():
+    inst = make_instance("tiny", seed=1)
+    res = solve(inst, "decomposed-bound", time_limit=10, incumbent=5.0)
+    assert res.solution is None and res.solution_status == SolutionStatus.noSolution
+    assert res.bound is not None and res.bound <= 5.0 and res.info["incumbent"] == 5.0
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--time-limit", "none"], "option 'time_limit' must be a positive number of seconds"),
+    (["--bound", "general"], "needs bound 'corollary'"),
+])
+def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, args, text):
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=0).save(net)
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "decomposed-bound", *args, "--out", str(tmp_path / "s.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("cefl-opt: error:") and text in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
