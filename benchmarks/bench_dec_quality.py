@@ -5,12 +5,14 @@ comparison of decentralised and centralised solutions as users see it.
         [--seeds-paper 9401,...,9412] [--seeds-small 9501,...,9508]
         [--rounds-paper 3] [--rounds-small 2]
         [--methods decentralized,decentralized-polish,ipopt-enum]
-        [--bound-method scip] [--bound-time 600] [--jobs 1] [--reuse]
+        [--bound-method decomposed-bound] [--bound-time 600] [--jobs 1] [--reuse]
 
 For every (preset, seed) the instance is written with `cefl-opt network generate`'s generator,
 and each method runs with its defaults in a process of its own (`--worker`), so that its wall
-time and peak RSS (`os.wait4`) are its own. `--bound-method` (default `scip`, `--bound-time`
-seconds) gives the proven lower bound; `--bound-time 0` skips it. Per seed:
+time and peak RSS (`os.wait4`) are its own. Then `--bound-method` (default `decomposed-bound`,
+`--bound-time` seconds) gives the proven lower bound, with the seed's best known objective as
+its `incumbent` (a bound is valid for any incumbent; the least gives the tightest);
+`--bound-time 0` skips it. Per seed:
 
 * each method's objective of P, whether `cefl_opt.system.evaluate` finds it feasible (the
   check `cefl-opt evaluate` runs), its status, aggregators, wall time and peak RSS;
@@ -22,8 +24,9 @@ seconds) gives the proven lower bound; `--bound-time 0` skips it. Per seed:
 Writes, in --out-dir: dec_quality.csv (one row per seed), dec_quality.png (each method's gap
 per seed, and the bound's gap), dec_quality.md (the table the README and
 docs/results/decentralized.md carry) and dec_quality_runs/ (one JSON record and one solution
-file per run; `--reuse` takes a record again when it was made by the same commit with the same
-options, so that an interrupted benchmark resumes). The targets, printed with their verdicts:
+file per run; `--reuse` takes a record again when it was made with the same method and
+options, whatever commit made it, so that an interrupted benchmark resumes; the CSV names each
+run's commit). The targets, printed with their verdicts:
 `decentralized` at most 1 % above best known on every paper seed, median at most 0.3 %, at most
 60 s per run, small seeds within 1 %; `ipopt-enum` within 0.1 % of best known on every seed;
 the bound's median gap at most 10 %.
@@ -51,6 +54,7 @@ import pandas as pd  # noqa: E402
 from benchmarks import common  # noqa: E402
 
 METHODS = ("decentralized", "decentralized-polish", "ipopt-enum")
+INCUMBENT_METHODS = ("decomposed-bound", "scip")     # take a known objective as `incumbent`
 SHORT = {"decentralized": "dec", "decentralized-polish": "polish", "ipopt-enum": "enum"}
 LONG = {**{v: k for k, v in SHORT.items()}, "bound_method": "bound method's incumbent"}
 TARGETS = {"dec_max": 0.01, "dec_median": 0.003, "dec_wall_s": 60.0, "enum_max": 0.001,
@@ -62,8 +66,7 @@ def _ints(s: str) -> list[int]:
 
 
 def _commit() -> str:
-    """The commit that runs (with "+dirty" when the work tree differs): a record is reused only
-    by the same code."""
+    """The commit that runs (with "+dirty" when the work tree differs), recorded per run."""
     def git(*a):
         return subprocess.run(["git", *a], cwd=common.ROOT, capture_output=True,
                               text=True).stdout.strip()
@@ -108,14 +111,28 @@ class _Popen(subprocess.Popen):
         return pid, sts
 
 
+def _reusable(rec: dict, job: dict) -> bool:
+    """A record answers a job under --reuse when the method and its options are the same (any
+    commit: the table names each run's commit). A bound made with a larger incumbent stays
+    valid, so it answers a job whose incumbent is lower or equal."""
+    key = rec.get("key", {})
+    if key.get("method") != job["method"]:
+        return False
+    a, b = dict(key.get("options", {})), dict(job["options"])
+    u_rec, u_job = a.pop("incumbent", None), b.pop("incumbent", None)
+    if a != b:
+        return False
+    return u_rec == u_job or (u_rec is not None and u_job is not None and u_rec >= u_job)
+
+
 def run_one(job: dict) -> dict:
     """The record of one (preset, seed, method) run: reused when `job["reuse"]` and a record
-    of the same commit and options exists, else measured."""
+    answers it (`_reusable`), else measured in a process of its own."""
     out = Path(job["out"])
     key = {"commit": job["commit"], "method": job["method"], "options": job["options"]}
     if job["reuse"] and out.exists():
         rec = json.loads(out.read_text())
-        if rec.get("key") == key:
+        if _reusable(rec, job):
             return rec
     tmp = out.with_name(out.name + ".part")
     tmp.unlink(missing_ok=True)
@@ -152,24 +169,49 @@ def _instance(preset: str, seed: int, rounds: int, runs: Path) -> Path:
     return path
 
 
-def jobs_of(args, runs: Path, commit: str) -> list[dict]:
-    """Every (preset, seed, method) run, the bound method's last."""
-    jobs = []
-    for preset in args.presets:
-        rounds = args.rounds_small if preset == "small" else args.rounds_paper
-        for seed in args.seeds_small if preset == "small" else args.seeds_paper:
-            inst = _instance(preset, seed, rounds, runs)
-            meths = [(m, {}) for m in args.methods]
-            if args.bound_time > 0:
-                meths.append((args.bound_method, {"time_limit": args.bound_time}))
-            for m, opts in meths:
-                stem = runs / f"{preset}_{seed}_T{rounds}.{m}"
-                jobs.append({"preset": preset, "seed": seed, "T": rounds, "method": m,
-                             "options": opts, "inst": str(inst), "commit": commit,
-                             "reuse": args.reuse, "out": f"{stem}.record.json",
-                             "solution": f"{stem}.solution.json",
-                             "timeout": args.timeout + 2 * args.bound_time})
-    return jobs
+def _job(args, runs: Path, commit: str, preset: str, seed: int, method: str,
+         options: dict) -> dict:
+    rounds = args.rounds_small if preset == "small" else args.rounds_paper
+    stem = runs / f"{preset}_{seed}_T{rounds}.{method}"
+    return {"preset": preset, "seed": seed, "T": rounds, "method": method, "options": options,
+            "inst": str(_instance(preset, seed, rounds, runs)), "commit": commit,
+            "reuse": args.reuse, "out": f"{stem}.record.json",
+            "solution": f"{stem}.solution.json", "timeout": args.timeout + 2 * args.bound_time}
+
+
+def seeds_of(args) -> list[tuple[str, int]]:
+    return [(p, s) for p in args.presets
+            for s in (args.seeds_small if p == "small" else args.seeds_paper)]
+
+
+def method_jobs(args, runs: Path, commit: str) -> list[dict]:
+    """Stage 1: every (preset, seed, method) run."""
+    return [_job(args, runs, commit, p, s, m, {}) for p, s in seeds_of(args)
+            for m in args.methods]
+
+
+def bound_jobs(args, runs: Path, commit: str, best: dict) -> list[dict]:
+    """Stage 2: the bound method per seed, given the seed's best known objective of stage 1 as
+    its incumbent (valid for any value; the least gives the tightest bound)."""
+    if args.bound_time <= 0:
+        return []
+    out = []
+    for p, s in seeds_of(args):
+        opts = {"time_limit": args.bound_time}
+        if np.isfinite(best.get((p, s), np.nan)) and args.bound_method in INCUMBENT_METHODS:
+            opts["incumbent"] = float(best[(p, s)])
+        out.append(_job(args, runs, commit, p, s, args.bound_method, opts))
+    return out
+
+
+def best_known(jobs: list[dict], recs: list[dict]) -> dict:
+    """(preset, seed) -> the least feasible objective of the records."""
+    best: dict = {}
+    for j, r in zip(jobs, recs):
+        if r.get("objective") is not None and r.get("feasible"):
+            k = (j["preset"], j["seed"])
+            best[k] = min(best.get(k, np.inf), float(r["objective"]))
+    return best
 
 
 def run_all(jobs: list[dict], n_jobs: int) -> list[dict]:
@@ -204,12 +246,14 @@ def seed_rows(jobs: list[dict], recs: list[dict], bound_method: str) -> pd.DataF
             SHORT.get(m, m)
         ok = r.get("objective") is not None and bool(r.get("feasible"))
         row.update({f"{pre}_objective": r.get("objective") if ok else np.nan,
+                    f"{pre}_commit": r.get("key", {}).get("commit"),
                     f"{pre}_feasible": r.get("feasible"), f"{pre}_status": r.get("status"),
                     f"{pre}_aggregators": r.get("aggregators", ""),
                     f"{pre}_wall_s": r.get("wall_s", r.get("process_wall_s")),
                     f"{pre}_peak_rss_mb": r.get("peak_rss_mb")})
         if pre == "bound_method":
             row["bound"] = np.nan if r.get("bound") is None else float(r["bound"])
+            row["bound_incumbent"] = r.get("key", {}).get("options", {}).get("incumbent")
     df = pd.DataFrame(list(rows.values()))
     objs = df.filter(regex="_objective$")
     df["best_known"] = objs.min(axis=1)
@@ -312,14 +356,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds-small", type=int, default=2)
     ap.add_argument("--rounds-paper", type=int, default=3)
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--bound-method", default="scip")
+    ap.add_argument("--bound-method", default="decomposed-bound")
     ap.add_argument("--bound-time", type=float, default=600.0,
                     help="seconds for the bound method (0: no bound)")
     ap.add_argument("--timeout", type=float, default=3600.0,
                     help="seconds after which a run is killed and recorded as crashed")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     ap.add_argument("--reuse", action="store_true",
-                    help="take a run's record again when the same commit made it")
+                    help="take a run's record again when it has the same method and options")
     args = suite.start(argv, seed=False)
     args.presets = [p for p in args.presets.split(",") if p]
     for p in args.presets:
@@ -337,8 +381,11 @@ def main(argv=None) -> int:
         args.presets, args.seeds_small, args.bound_time = ["small"], args.seeds_small[:2], 20.0
     runs = suite.out / "dec_quality_runs"
     runs.mkdir(parents=True, exist_ok=True)
-    jobs = jobs_of(args, runs, _commit())
-    df = seed_rows(jobs, run_all(jobs, args.jobs), args.bound_method)
+    commit = _commit()
+    jobs = method_jobs(args, runs, commit)
+    recs = run_all(jobs, args.jobs)
+    bjobs = bound_jobs(args, runs, commit, best_known(jobs, recs))
+    df = seed_rows(jobs + bjobs, recs + run_all(bjobs, args.jobs), args.bound_method)
     suite.csv(df, "dec_quality.csv")
     figure(df, suite.path("dec_quality.png"))
     from cefl_opt.io import write_atomic

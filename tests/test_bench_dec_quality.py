@@ -62,7 +62,7 @@ def test_the_markdown_table_has_one_row_per_seed():
 
 def test_one_run_in_its_own_process_records_objective_and_peak_rss(tmp_path):
     """A real run (greedy-rate on tiny): the record carries the evaluated objective, the
-    child's peak RSS, and is reused only by the same commit and options."""
+    child's peak RSS, and is reused only for the same method and options."""
     from cefl_opt.generator import make_instance
     inst = tmp_path / "i.json"
     make_instance("tiny", seed=3).save(inst)
@@ -74,5 +74,31 @@ def test_one_run_in_its_own_process_records_objective_and_peak_rss(tmp_path):
     assert (tmp_path / "s.json").is_file() and not list(tmp_path.glob("*.part"))
     assert json.loads((tmp_path / "r.json").read_text())["objective"] == rec["objective"]
     (tmp_path / "r.json").write_text(json.dumps({**rec, "objective": -1.0}))
-    assert bq.run_one(job)["objective"] == -1.0                      # same commit: reused
-    assert bq.run_one({**job, "commit": "c2"})["objective"] == rec["objective"]   # measured
+    assert bq.run_one({**job, "commit": "c2"})["objective"] == -1.0     # reused
+    assert bq.run_one({**job, "reuse": False})["objective"] == rec["objective"]   # measured
+
+
+def test_reuse_answers_the_same_method_and_options_and_a_bound_with_a_larger_incumbent():
+    job = {"method": "decomposed-bound", "options": {"time_limit": 60.0, "incumbent": 1.0}}
+    rec = {"key": {"commit": "old", "method": "decomposed-bound",
+                   "options": {"time_limit": 60.0, "incumbent": 1.1}}}
+    assert bq._reusable(rec, job)                                   # larger incumbent: valid
+    assert not bq._reusable(rec, {**job, "options": {"time_limit": 60.0, "incumbent": 1.2}})
+    assert not bq._reusable(rec, {**job, "options": {"time_limit": 30.0, "incumbent": 1.0}})
+    assert not bq._reusable(rec, {**job, "method": "scip"})
+
+
+def test_the_bound_gets_each_seeds_best_known_as_incumbent(tmp_path):
+    jobs = [_job("paper", 1, "decentralized"), _job("paper", 1, "ipopt-enum"),
+            _job("paper", 2, "decentralized")]
+    best = bq.best_known(jobs, [_rec(1.2), _rec(1.1), _rec(0.9, feasible=False)])
+    assert best == {("paper", 1): 1.1}
+    import argparse
+    args = argparse.Namespace(presets=["paper"], seeds_paper=[1, 2], seeds_small=[],
+                              rounds_paper=1, rounds_small=1, bound_time=5.0,
+                              bound_method="decomposed-bound", reuse=False, timeout=10.0)
+    bj = bq.bound_jobs(args, tmp_path, "c", best)
+    assert [j["options"] for j in bj] == [{"time_limit": 5.0, "incumbent": 1.1},
+                                          {"time_limit": 5.0}]
+    assert bq.bound_jobs(argparse.Namespace(**{**vars(args), "bound_time": 0.0}), tmp_path,
+                         "c", best) == []
