@@ -120,3 +120,24 @@ def test_a_method_whose_native_solver_crashes_is_reported_and_the_run_goes_on(tm
     assert table.loc["no-offload", "status"] != "crashed"
     assert (tmp_path / "solution_no-offload.json").exists()
     assert not (tmp_path / "solution_ipopt-enum.json").exists()
+
+
+def test_the_report_gives_the_gap_to_a_proven_bound(tmp_path, monkeypatch):
+    """decomposed-bound runs last with the run's best answer as incumbent; its bound is at
+    most every method's objective and the exhaustive optimum (tiny), and the report gives each
+    method's gap to it."""
+    from cefl_opt import pipeline
+    from cefl_opt.generator import make_instance
+    from cefl_opt.solvers.centralized import exhaustive
+    monkeypatch.setattr(pipeline, "BOUND_SECONDS", 20.0)
+    pipeline.run_pipeline(tmp_path, preset="tiny", rounds=1, seed=0,
+                          methods=["greedy-rate", "ipopt-enum", "decomposed-bound"],
+                          train=False, measure=False, progress=False)
+    df = pd.read_csv(tmp_path / "solvers.csv").set_index("method")
+    bound = df.loc["decomposed-bound", "bound"]
+    best, _sol, _n = exhaustive(make_instance("tiny", rounds=1, seed=0))
+    assert bound <= best + 1e-9 and bound <= df["objective"].min() + 1e-9
+    got = df.loc[["greedy-rate", "ipopt-enum"], "gap_to_bound"]
+    want = (df.loc[got.index, "objective"] - bound) / df.loc[got.index, "objective"]
+    assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12) and (got >= -1e-12).all()
+    assert "`gap_to_bound`" in (tmp_path / "report.md").read_text()
