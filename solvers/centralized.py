@@ -258,12 +258,13 @@ def _polish(search: _Search, sol: Solution, obj: float, st: TerminationCondition
     return sol, obj, st
 
 
-def _seeds(inst: Instance, opts: IpoptEnumOptions, info: dict[str, Any]
+def _seeds(inst: Instance, opts: IpoptEnumOptions, search: _Search
            ) -> list[tuple[str, list[RoundDecision], Solution | None]]:
     """ipopt-enum's seeds (label, decisions, warm start): every constant aggregator schedule
     [s] * T (the `fixed` baselines), both greedy rules, `starts - 1` random schedules and, with
-    `seed_decentralized`, the binaries of the `decentralized` method (eq:P's binaries from the
-    rounding of §V, then its association moves)."""
+    `seed_decentralized`, the binaries of `decentralized` and `decentralized-polish` (§V's
+    rounding, then their association moves or central repair), warm-started from their points
+    (each only while `search` has time left)."""
     rng = np.random.default_rng(opts.seed)
     cands = [(f"fixed-{s}", [s] * inst.T) for s in range(inst.S)]
     cands += [("greedy-data", greedy_data_aggregators(inst)),
@@ -273,10 +274,12 @@ def _seeds(inst: Instance, opts: IpoptEnumOptions, info: dict[str, Any]
     seeds = [(label, decisions_for(inst, aggs), None) for label, aggs in cands]
     if opts.seed_decentralized:
         from .decentralized import solve_decentralized
-        dec, dinfo = solve_decentralized(inst, method="decentralized", bound=opts.bound)
-        info["decentralized_seed_objective"] = dinfo.get("objective")
-        if dec is not None:
-            seeds.insert(0, ("decentralized", [r.copy() for r in dec.rounds], dec))
+        for k, method in enumerate(("decentralized", "decentralized-polish")):
+            if search.expired():
+                break
+            dec, _info = solve_decentralized(inst, method=method, bound=opts.bound)
+            if dec is not None:
+                seeds.insert(k, (method, [r.copy() for r in dec.rounds], dec))
     return seeds
 
 
@@ -319,9 +322,14 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
     search = _Search(nlp, opts.time_limit)
     info: dict[str, Any] = {}
     polished, trials = [], []
-    for label, dec, warm in _seeds(inst, opts, info):
+    for label, dec, warm in _seeds(inst, opts, search):
         if search.expired():
             break
+        if warm is not None:   # a seed's own point counts too (best kept)
+            ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
+            if ev.feasible:
+                search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
+                            TerminationCondition.locallyOptimal)
         sol, st, obj = search.solve(dec, warm=warm)
         if sol is not None:
             sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)

@@ -219,21 +219,22 @@ def test_ipopt_enum_adds_starts_minus_one_random_seeds_and_the_decentralized_one
     inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
     res = solve(inst, "ipopt-enum", starts=3)
     labels = [d["seed"] for d in res.info["seeds"]]
-    assert labels[0] == "decentralized"
-    assert labels[1:] == ([f"fixed-{s}" for s in range(inst.S)] + ["greedy-data", "greedy-rate"]
+    assert labels[:2] == ["decentralized", "decentralized-polish"]
+    assert labels[2:] == ([f"fixed-{s}" for s in range(inst.S)] + ["greedy-data", "greedy-rate"]
                           + ["random-1", "random-2"])
     res1 = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)
-    assert [d["seed"] for d in res1.info["seeds"]] == labels[1:-2]
+    assert [d["seed"] for d in res1.info["seeds"]] == labels[2:-2]
 
 
 @pytest.mark.parametrize("seed", [7101, 7102])
 def test_ipopt_enum_is_never_worse_than_any_of_its_seed_methods(seed):
-    """Best kept: ipopt-enum's answer is at or below fixed (every s), greedy-data, greedy-rate
-    and decentralized on the same instance."""
+    """Best kept: ipopt-enum's answer is at or below fixed (every s), greedy-data, greedy-rate,
+    decentralized and decentralized-polish on the same instance."""
     inst = make_instance("small", seed=seed, rounds=2)
     enum = solve(inst, "ipopt-enum")
     assert system.evaluate(inst, enum.solution).feasible
-    others = [solve(inst, m).objective for m in ("greedy-data", "greedy-rate", "decentralized")]
+    others = [solve(inst, m).objective for m in ("greedy-data", "greedy-rate", "decentralized",
+                                                 "decentralized-polish")]
     others += [solve(inst, "fixed", aggregator=s).objective for s in range(inst.S)]
     assert enum.objective <= min(others) * (1 + 1e-9)
     assert enum.termination_condition != TerminationCondition.maxTimeLimit
