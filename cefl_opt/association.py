@@ -72,7 +72,7 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
     repaired solution and the number of moves. `rounds`: repair only these rounds (all by
     default)."""
     cur = Solution(rounds=[r.copy() for r in sol.rounds], method=sol.method, status=sol.status)
-    best = system.evaluate(inst, cur, bound=bound, weights=weights).objective
+    best = system.evaluate(inst, cur, bound=bound, weights=weights).objective  # validates inst
     moves = 0
     links = inst.ue_links()  # candidates: present UE-BS links only
     for _pass in range(max_passes):
@@ -87,7 +87,8 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
                         if b == keep:
                             continue
                         arr[n] = b
-                        ev = system.evaluate(inst, cur, bound=bound, weights=weights)
+                        ev = system.evaluate(inst, cur, bound=bound, weights=weights,
+                                             validate=False)
                         if ev.feasible and ev.objective < best * (1 - 1e-12):
                             best, keep, changed = ev.objective, b, True
                             moves += 1

@@ -321,17 +321,17 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
     from cefl_opt.solvers import centralized
     inst = make_instance("small", seed=1, rounds=2)
     tried = []
-    real = centralized.solve_with_repair
+    real = centralized._Search.solve
 
-    def spy(nlp, decisions, warm=None, *, repair=True):
-        if warm is None:   # a start candidate (the final repair passes the incumbent)
+    def spy(self, decisions, warm=None):
+        if warm is None:   # a start candidate (the polish and the sweeps pass a warm start)
             tried.append(tuple(int(d.aggregator) for d in decisions))
-        return real(nlp, decisions, warm, repair=repair)
+        return real(self, decisions, warm)
 
-    monkeypatch.setattr(centralized, "solve_with_repair", spy)
+    monkeypatch.setattr(centralized._Search, "solve", spy)
     for rule in ("greedy_data_aggregators", "greedy_rate_aggregators"):
         monkeypatch.setattr(centralized, rule, lambda inst: [0] * inst.T)
-    res = base.solve(inst, "ipopt-enum")
+    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)  # no random seeds
     assert res.solution is not None
     assert sorted(set(tried)) == [(s,) * inst.T for s in range(inst.S)]
 
