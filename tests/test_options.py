@@ -240,7 +240,7 @@ def test_a_flag_of_another_method_is_an_error_not_ignored():
     (["--method", "decentralized", "--set", "zeta=abc"], "option 'zeta' must be a number, got 'abc'"),
     (["--method", "decentralized", "--set", "zeta"], "'--set' value 'zeta' is not KEY=VALUE"),
     (["--method", "decentralized", "--set", "curvature=maybe"], "option 'curvature' must be true or false, got 'maybe'"),
-    (["--method", "ipopt-enum", "--set", "zeta=0.5"], "unknown option 'zeta' (--set); IpoptEnumOptions takes: bound, time_limit, assoc_repair, sweeps, starts, seed"),
+    (["--method", "ipopt-enum", "--set", "zeta=0.5"], "unknown option 'zeta' (--set); IpoptEnumOptions takes: bound, time_limit, assoc_repair, sweeps, starts, seed, seed_decentralized, screen"),
     (["--method", "decentralized", "--set", "progress=true"], "unknown option 'progress'"),
     (["--method", "greedy-rate", "--aggregator", "1"], "does not apply to method 'greedy-rate'"),
     (["--method", "decentralized", "--time-limit", "5"], "does not apply"),
