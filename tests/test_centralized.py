@@ -304,3 +304,22 @@ def test_repair_of_chosen_rounds_leaves_the_others_alone():
     one, moves1 = repair_associations(inst, base, rounds=(1,))
     assert changed(one) == [False, True] and 1 <= moves1 < moves
     assert system.evaluate(inst, one).objective < system.evaluate(inst, base).objective
+
+
+def test_ipopt_enum_sweeps_move_a_round_to_the_best_aggregator():
+    """From [1, 0] a sweep reaches the brute-force best aggregator schedule [0, 0] (every one
+    of the 3^2 schedules solved as `fixed` solves it), one round's move at a time."""
+    import itertools
+    from cefl_opt.solvers import centralized
+    from cefl_opt.solvers.options import IpoptEnumOptions
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    nlp = centralized.FixedNLP(inst)
+    every = {aggs: centralized.solve_with_repair(nlp, centralized.decisions_for(inst, aggs))[2]
+             for aggs in itertools.product(range(inst.S), repeat=inst.T)}
+    assert min(every, key=every.get) == (0, 0) and every[(1, 0)] > every[(0, 0)] * 1.001
+    search = centralized._Search(nlp, None)
+    start, st, obj = nlp.solve(centralized.decisions_for(inst, [1, 0]))
+    sol, obj, _st = centralized._sweeps(search, IpoptEnumOptions(sweeps=1), start, obj, st)
+    assert [r.aggregator for r in sol.rounds] == [0, 0]
+    assert obj <= every[(0, 0)] * (1 + 1e-6)
+    assert obj == pytest.approx(system.evaluate(inst, sol).objective, rel=1e-9)
