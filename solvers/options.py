@@ -218,9 +218,11 @@ class IpoptEnumOptions(IpoptOptions):
                          "aggregator sequences to the seeds", check=at_least(1))
     seed: int = option(0, "seed of the random aggregator sequences (starts > 1)", check=at_least(0))
     seed_decentralized: bool = option(True, "seed the search with the binaries of the "
-                                      "decentralized and decentralized-polish methods")
+                                      "decentralized and decentralized-polish methods",
+                                      flagged=False)
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
-                           "within this fraction above the current objective", check=at_least(0))
+                           "within this fraction above the current objective", check=at_least(0),
+                           flagged=False)
 
 
 @dataclass(frozen=True)
