@@ -325,8 +325,10 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
     for label, dec, warm in _seeds(inst, opts, search):
         if search.expired():
             break
+        trial: dict[str, Any] = {"seed": label}
         if warm is not None:   # a seed's own point counts too (best kept)
             ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
+            trial["own_objective"] = ev.objective if ev.feasible else None
             if ev.feasible:
                 search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
                             TerminationCondition.locallyOptimal)
@@ -334,7 +336,7 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
         if sol is not None:
             sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
             polished.append((obj, label, sol, st))
-        trials.append({"seed": label, "objective": obj})
+        trials.append({**trial, "objective": obj})
     polished.sort(key=lambda x: x[0])
     starts, seen = [], set()
     for obj, label, sol, st in polished:
