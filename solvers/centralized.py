@@ -312,6 +312,30 @@ def _sweeps(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float,
     return _polish(search, sol, obj, st, opts.assoc_repair and moved)
 
 
+def _solve_seeds(search: _Search, inst: Instance, opts: IpoptEnumOptions
+                 ) -> tuple[list[tuple[float, str, Solution, TerminationCondition]], list[dict]]:
+    """Each seed of `_seeds` (its own point kept first, even out of time) solved by Ipopt with
+    its binaries fixed and polished; returns the polished points, best first, and the trials."""
+    polished, trials = [], []
+    for label, dec, warm in _seeds(inst, opts, search):
+        trial: dict[str, Any] = {"seed": label, "objective": None}
+        if warm is not None:
+            ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
+            trial["own_objective"] = ev.objective if ev.feasible else None
+            if ev.feasible:
+                search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
+                            TerminationCondition.locallyOptimal)
+        if search.expired():
+            trials += [trial] if warm is not None else []
+            break
+        sol, st, obj = search.solve(dec, warm=warm)
+        if sol is not None:
+            sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
+            polished.append((obj, label, sol, st))
+        trials.append({**trial, "objective": obj})
+    return sorted(polished, key=lambda x: x[0]), trials
+
+
 def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
     """`ipopt-enum`, the centralised reference: every seed of `_seeds` is solved by Ipopt with
     its binaries fixed and polished (association repair on P, re-solve); from the best `starts`
@@ -320,40 +344,23 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
     best point so far is returned with termination maxTimeLimit. Best kept throughout."""
     nlp = _nlp(inst, opts, label="ipopt-enum", per_solve_limit=False)
     search = _Search(nlp, opts.time_limit)
-    info: dict[str, Any] = {}
-    polished, trials = [], []
-    for label, dec, warm in _seeds(inst, opts, search):
-        if search.expired():
-            break
-        trial: dict[str, Any] = {"seed": label}
-        if warm is not None:   # a seed's own point counts too (best kept)
-            ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
-            trial["own_objective"] = ev.objective if ev.feasible else None
-            if ev.feasible:
-                search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
-                            TerminationCondition.locallyOptimal)
-        sol, st, obj = search.solve(dec, warm=warm)
-        if sol is not None:
-            sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
-            polished.append((obj, label, sol, st))
-        trials.append({**trial, "objective": obj})
-    polished.sort(key=lambda x: x[0])
+    polished, trials = _solve_seeds(search, inst, opts)
     starts, seen = [], set()
-    for obj, label, sol, st in polished:
+    for obj, _label, sol, st in polished:   # the best `starts` distinct aggregator schedules
         key = tuple(r.aggregator for r in sol.rounds)
         if key not in seen and len(starts) < opts.starts:
             seen.add(key)
-            starts.append((obj, label, sol, st))
-    for obj, _label, sol, st in starts:
+            starts.append((obj, sol, st))
+    for obj, sol, st in starts:
         if search.expired():
             break
         _sweeps(search, opts, sol, obj, st)
     obj, best, st = search.best
     if search.timed_out:
         st = TerminationCondition.maxTimeLimit
-    info.update(seeds=trials, time_limit_reached=search.timed_out,
-                search_s=time.perf_counter() - search.t0,
-                aggregators=best and [r.aggregator for r in best.rounds])
+    info = {"seeds": trials, "time_limit_reached": search.timed_out,
+            "search_s": time.perf_counter() - search.t0,
+            "aggregators": best and [r.aggregator for r in best.rounds]}
     return _finish("ipopt-enum", inst, best, st, nlp, opts, info)
 
 

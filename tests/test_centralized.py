@@ -323,3 +323,23 @@ def test_ipopt_enum_sweeps_move_a_round_to_the_best_aggregator():
     assert [r.aggregator for r in sol.rounds] == [0, 0]
     assert obj <= every[(0, 0)] * (1 + 1e-6)
     assert obj == pytest.approx(system.evaluate(inst, sol).objective, rel=1e-9)
+
+
+def test_ipopt_enum_out_of_time_after_the_decentralized_seed_returns_its_point(small,
+                                                                              monkeypatch):
+    import time as _time
+    from cefl_opt.solvers import decentralized
+    real = decentralized.solve_decentralized
+
+    def slow(inst, **kw):
+        out = real(inst, **kw)
+        _time.sleep(1.2)
+        return out
+    monkeypatch.setattr(decentralized, "solve_decentralized", slow)
+    res = solve(small, "ipopt-enum", time_limit=1.0)
+    dec = solve(small, "decentralized")
+    assert res.termination_condition == TerminationCondition.maxTimeLimit
+    assert res.info["ipopt_solves"] == 0
+    assert [d["seed"] for d in res.info["seeds"]] == ["decentralized"]
+    assert res.objective == pytest.approx(dec.objective, rel=1e-12)
+    assert system.evaluate(small, res.solution).feasible
