@@ -16,6 +16,8 @@ hosts of its rows, no whole-network evaluation) are in `solvers/assoc_moves.py`.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from . import system
@@ -61,19 +63,21 @@ def round_associations(inst: Instance, t: int, Inb: np.ndarray, Ibn: np.ndarray
 
 def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollary",
                         weights: dict[str, float] | None = None,
-                        max_passes: int = 2) -> tuple[Solution, int]:
+                        max_passes: int = 2, rounds: Sequence[int] | None = None
+                        ) -> tuple[Solution, int]:
     """Association repair after rounding: each UE in turn, per round, moves its uplink and then
     its downlink to the BS that gives the smallest objective of P (`system.evaluate`) with every
     other decision of `sol` held; passes repeat until nothing changes (at most `max_passes`).
     Only feasible, strictly better moves are taken, so the objective never rises. Returns the
-    repaired solution and the number of moves."""
+    repaired solution and the number of moves. `rounds`: repair only these rounds (all by
+    default)."""
     cur = Solution(rounds=[r.copy() for r in sol.rounds], method=sol.method, status=sol.status)
-    best = system.evaluate(inst, cur, bound=bound, weights=weights).objective
+    best = system.evaluate(inst, cur, bound=bound, weights=weights).objective  # validates inst
     moves = 0
     links = inst.ue_links()  # candidates: present UE-BS links only
     for _pass in range(max_passes):
         changed = False
-        for t in range(inst.T):
+        for t in (range(inst.T) if rounds is None else rounds):
             r = cur.rounds[t]
             for n in range(inst.N):
                 for field in ("uplink_bs", "downlink_bs"):
@@ -83,7 +87,8 @@ def repair_associations(inst: Instance, sol: Solution, *, bound: str = "corollar
                         if b == keep:
                             continue
                         arr[n] = b
-                        ev = system.evaluate(inst, cur, bound=bound, weights=weights)
+                        ev = system.evaluate(inst, cur, bound=bound, weights=weights,
+                                             validate=False)
                         if ev.feasible and ev.objective < best * (1 - 1e-12):
                             best, keep, changed = ev.objective, b, True
                             moves += 1

@@ -301,9 +301,10 @@ class Evaluation:
 
 
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
-             weights: dict[str, float] | None = None) -> Evaluation:
-    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`."""
-    inst = validated(inst)
+             weights: dict[str, float] | None = None, validate: bool = True) -> Evaluation:
+    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`.
+    validate=False: the caller has validated `inst` (many evaluations of one instance)."""
+    inst = validated(inst) if validate else inst
     if len(sol.rounds) != inst.T:
         raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
     w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
@@ -327,14 +328,16 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              "energy": float(sum(r["energy"] for r in rounds))}
     obj = w["xi1"] * terms["ml_bound"] + w["xi2"] * terms["delay"] + w["xi3"] * terms["energy"]
     return Evaluation(objective=float(obj), terms=terms, ml_parts=ml, rounds=rounds,
-                      violations=constraint_violations(inst, sol, bound=bound), ml_info=info)
+                      violations=constraint_violations(inst, sol, bound=bound, validate=False),
+                      ml_info=info)
 
 
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
-                          tol: float = FEAS_TOL) -> list[tuple[str, float]]:
+                          tol: float = FEAS_TOL, validate: bool = True
+                          ) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
     Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
-    inst = validated(inst)
+    inst = validated(inst) if validate else inst
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 

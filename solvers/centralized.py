@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -193,65 +194,182 @@ def _finish(method: str, inst: Instance, sol: Solution | None, status: Terminati
                    iterations=nlp.iterations, info=info)
 
 
-# ---------------------------------------------------------------------- methods
-def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
-    """`ipopt-enum`: every constant aggregator schedule [s] * T, both greedy rules and
-    `starts - 1` random schedules, each solved as its baseline solves it; coordinate sweeps over
-    each round's aggregator from the best `starts` of them; a final association repair."""
-    nlp = _nlp(inst, opts, label="ipopt-enum")
+# ---------------------------------------------------------------------- ipopt-enum
+class _Search:
+    """ipopt-enum's state: the wall-clock deadline (`time_limit`, the whole search) and the best
+    feasible point ever evaluated (best kept: the answer is never worse than any seed)."""
+
+    def __init__(self, nlp: FixedNLP, time_limit: float | None):
+        self.nlp = nlp
+        self.t0 = time.perf_counter()
+        self.deadline = None if time_limit is None else self.t0 + float(time_limit)
+        self.best: tuple[float, Solution | None, TerminationCondition] = (
+            math.inf, None, TerminationCondition.error)
+        self.timed_out = False
+
+    def expired(self) -> bool:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.timed_out = True
+        return self.timed_out
+
+    def solve(self, decisions: Sequence[RoundDecision], warm: Solution | None = None
+              ) -> tuple[Solution | None, TerminationCondition, float | None]:
+        """One Ipopt solve (`FixedNLP.solve`), its point kept. With a deadline the solve gets
+        Ipopt's max_cpu_time = the wall seconds left (this Ipopt has no wall-time cap; CPU time
+        runs no faster than wall time, so on a loaded machine a solve may end a little late)."""
+        check_interrupt()
+        if self.deadline is not None:
+            left = max(self.deadline - time.perf_counter(), 1e-3)
+            self.nlp.options["max_cpu_time"] = left
+        sol, st, obj = self.nlp.solve(decisions, warm=warm)
+        self.keep(sol, obj, st)
+        return sol, st, obj
+
+    def keep(self, sol: Solution | None, obj: float | None, st: TerminationCondition) -> None:
+        if sol is not None and obj < self.best[0]:
+            self.best = (obj, sol, st)
+
+
+def _polish(search: _Search, sol: Solution, obj: float, st: TerminationCondition,
+            repair: bool, rounds: Sequence[int] | None = None, max_rounds: int = 4
+            ) -> tuple[Solution, float, TerminationCondition]:
+    """Association repair on P (`association.repair_associations`, of `rounds`: all by
+    default) and an Ipopt re-solve with the repaired associations, repeated while the objective
+    falls; the best point is returned."""
+    nlp = search.nlp
+    for _round in range(max_rounds if repair else 0):
+        if search.expired():
+            break
+        rep, moves = repair_associations(nlp.inst, sol, bound=nlp.bound, weights=nlp.weights,
+                                         rounds=rounds)
+        nlp.association_moves += moves
+        if not moves:
+            break
+        rep_obj = system.evaluate(nlp.inst, rep, bound=nlp.bound, weights=nlp.weights).objective
+        search.keep(rep, rep_obj, st)
+        new = (rep, rep_obj, st)
+        if not search.expired():
+            sol2, st2, obj2 = search.solve(rep.rounds, warm=rep)
+            if sol2 is not None and obj2 < rep_obj:
+                new = (sol2, obj2, st2)
+        if new[1] >= obj * (1 - 1e-9):
+            break
+        sol, obj, st = new
+    return sol, obj, st
+
+
+def _seeds(inst: Instance, opts: IpoptEnumOptions, search: _Search
+           ) -> list[tuple[str, list[RoundDecision], Solution | None]]:
+    """ipopt-enum's seeds (label, decisions, warm start): every constant aggregator schedule
+    [s] * T (the `fixed` baselines), both greedy rules, `starts - 1` random schedules and, with
+    `seed_decentralized`, the binaries of `decentralized` and `decentralized-polish` (§V's
+    rounding, then their association moves or central repair), warm-started from their points
+    (each only while `search` has time left)."""
     rng = np.random.default_rng(opts.seed)
-    best: tuple[float, Solution | None, TerminationCondition] = (math.inf, None,
-                                                                 TerminationCondition.error)
-    trials = []
-    # candidate starts: every fixed aggregator, both greedy rules, and random draws; the sweeps
-    # start from the best of them, so ipopt-enum is never worse than those baselines
-    cands = [[s] * inst.T for s in range(inst.S)]
-    cands += [greedy_data_aggregators(inst), greedy_rate_aggregators(inst)]
-    cands += [[int(x) for x in rng.integers(inst.S, size=inst.T)] for _k in range(1, opts.starts)]
-    scored = []
-    for aggs in cands:  # each candidate exactly as its baseline method solves it
-        sol, st, obj = solve_with_repair(nlp, decisions_for(inst, aggs), repair=opts.assoc_repair)
-        trials.append({"aggregators": list(aggs), "objective": obj})
-        if sol is not None:
-            scored.append((obj, list(aggs), sol, st))
-    scored.sort(key=lambda x: x[0])
-    for cur_obj, cur, cur_sol, st in scored[:opts.starts]:
-        for _sw in range(opts.sweeps):
-            improved = False
-            for t in range(inst.T):
-                for s in range(inst.S):
-                    if s == cur[t]:
-                        continue
-                    cand = list(cur)
-                    cand[t] = s
-                    if opts.assoc_repair:  # keep the current (repaired) associations
-                        dec = [r.copy() for r in cur_sol.rounds]
-                        dec[t].aggregator = s
-                    else:
-                        dec = decisions_for(inst, cand, cur_sol)
-                    sol, st2, obj = nlp.solve(dec, warm=cur_sol)
-                    trials.append({"aggregators": cand, "objective": obj})
-                    if sol is not None and obj < cur_obj - 1e-12:
-                        cur, cur_obj, cur_sol, st, improved = cand, obj, sol, st2, True
-            if not improved:
+    cands = [(f"fixed-{s}", [s] * inst.T) for s in range(inst.S)]
+    cands += [("greedy-data", greedy_data_aggregators(inst)),
+              ("greedy-rate", greedy_rate_aggregators(inst))]
+    cands += [(f"random-{k}", [int(x) for x in rng.integers(inst.S, size=inst.T)])
+              for k in range(1, opts.starts)]
+    seeds = [(label, decisions_for(inst, aggs), None) for label, aggs in cands]
+    if opts.seed_decentralized:
+        from .decentralized import solve_decentralized
+        for k, method in enumerate(("decentralized", "decentralized-polish")):
+            if search.expired():
                 break
-        if opts.assoc_repair and cur_sol is not None:
-            sol, st2, obj = solve_with_repair(nlp, cur_sol.rounds, warm=cur_sol)
-            if sol is not None and obj < cur_obj:
-                cur_sol, cur_obj, st = sol, obj, st2
-        if cur_obj < best[0]:
-            best = (cur_obj, cur_sol, st)
-    return _finish("ipopt-enum", inst, best[1], best[2], nlp, opts,
-                   {"trials": len(trials),
-                    "failed_trials": sum(tr["objective"] is None for tr in trials),
-                    "aggregators": best[1] and
-                    [r.aggregator for r in best[1].rounds]})
+            dec, _info = solve_decentralized(inst, method=method, bound=opts.bound)
+            if dec is not None:
+                seeds.insert(k, (method, [r.copy() for r in dec.rounds], dec))
+    return seeds
 
 
+def _sweeps(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float,
+            st: TerminationCondition) -> tuple[Solution, float, TerminationCondition]:
+    """Coordinate sweeps over each round's aggregator from `sol` (first improvement): each move
+    keeps the other decisions, is solved by Ipopt, and is repaired and re-polished (`_polish`)
+    when it comes within `screen` of the current objective."""
+    inst, moved = search.nlp.inst, False
+    for _sw in range(opts.sweeps):
+        improved = False
+        for t in range(inst.T):
+            for s in range(inst.S):
+                if s == sol.rounds[t].aggregator or search.expired():
+                    continue
+                dec = [r.copy() for r in sol.rounds]
+                dec[t].aggregator = s
+                if not opts.assoc_repair:
+                    dec[t].uplink_bs, dec[t].downlink_bs = association_rule(inst, t, s)
+                new, st2, obj2 = search.solve(dec, warm=sol)
+                if new is None or obj2 > obj * (1 + opts.screen):
+                    continue
+                new, obj2, st2 = _polish(search, new, obj2, st2, opts.assoc_repair, rounds=(t,))
+                if obj2 < obj * (1 - 1e-9):
+                    sol, obj, st, improved = new, obj2, st2, True
+        moved = moved or improved
+        if not improved or search.expired():
+            break
+    # the moves repaired their own round only: one repair of every round after them
+    return _polish(search, sol, obj, st, opts.assoc_repair and moved)
+
+
+def _solve_seeds(search: _Search, inst: Instance, opts: IpoptEnumOptions
+                 ) -> tuple[list[tuple[float, str, Solution, TerminationCondition]], list[dict]]:
+    """Each seed of `_seeds` (its own point kept first, even out of time) solved by Ipopt with
+    its binaries fixed and polished; returns the polished points, best first, and the trials."""
+    polished, trials = [], []
+    for label, dec, warm in _seeds(inst, opts, search):
+        trial: dict[str, Any] = {"seed": label, "objective": None}
+        if warm is not None:
+            ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
+            trial["own_objective"] = ev.objective if ev.feasible else None
+            if ev.feasible:
+                search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
+                            TerminationCondition.locallyOptimal)
+        if search.expired():
+            trials += [trial] if warm is not None else []
+            break
+        sol, st, obj = search.solve(dec, warm=warm)
+        if sol is not None:
+            sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
+            polished.append((obj, label, sol, st))
+        trials.append({**trial, "objective": obj})
+    return sorted(polished, key=lambda x: x[0]), trials
+
+
+def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
+    """`ipopt-enum`, the centralised reference: every seed of `_seeds` is solved by Ipopt with
+    its binaries fixed and polished (association repair on P, re-solve); from the best `starts`
+    distinct seeds, coordinate sweeps over each round's aggregator (`_sweeps`), each accepted
+    move polished. `time_limit` bounds the whole search (wall seconds): when it runs out the
+    best point so far is returned with termination maxTimeLimit. Best kept throughout."""
+    nlp = _nlp(inst, opts, label="ipopt-enum", per_solve_limit=False)
+    search = _Search(nlp, opts.time_limit)
+    polished, trials = _solve_seeds(search, inst, opts)
+    starts, seen = [], set()
+    for obj, _label, sol, st in polished:   # the best `starts` distinct aggregator schedules
+        key = tuple(r.aggregator for r in sol.rounds)
+        if key not in seen and len(starts) < opts.starts:
+            seen.add(key)
+            starts.append((obj, sol, st))
+    for obj, sol, st in starts:
+        if search.expired():
+            break
+        _sweeps(search, opts, sol, obj, st)
+    obj, best, st = search.best
+    if search.timed_out:
+        st = TerminationCondition.maxTimeLimit
+    info = {"seeds": trials, "time_limit_reached": search.timed_out,
+            "search_s": time.perf_counter() - search.t0,
+            "aggregators": best and [r.aggregator for r in best.rounds]}
+    return _finish("ipopt-enum", inst, best, st, nlp, opts, info)
+
+
+# ---------------------------------------------------------------------- methods
 def _nlp(inst: Instance, opts: IpoptOptions, *, no_offload: bool = False,
-         label: str = "ipopt") -> FixedNLP:
+         label: str = "ipopt", per_solve_limit: bool = True) -> FixedNLP:
     nlp = FixedNLP(inst, bound=opts.bound, weights=opts.weights, no_offload=no_offload,
-                   ipopt_options=opts.ipopt_options, time_limit=opts.time_limit)
+                   ipopt_options=opts.ipopt_options,
+                   time_limit=opts.time_limit if per_solve_limit else None)
     if opts.progress:   # display only: a bar of the Ipopt solves on stderr
         from tqdm import tqdm
         nlp.bar = tqdm(desc=label, unit=" Ipopt solves", file=sys.stderr)

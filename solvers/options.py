@@ -209,11 +209,20 @@ class IpoptOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class IpoptEnumOptions(IpoptOptions):
-    sweeps: int = option(1, "coordinate sweeps over each round's aggregator",
+    time_limit: float | None = option(None, "seconds of wall time for the whole search (when "
+                                      "they run out: the best point so far, termination "
+                                      "time_limit; none: no limit)", check=positive)
+    sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
                          check=at_least(1))
-    starts: int = option(1, "sweep starts: the best candidates, plus starts - 1 random aggregator "
-                         "sequences among the candidates", check=at_least(1))
+    starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
+                         "aggregator sequences to the seeds", check=at_least(1))
     seed: int = option(0, "seed of the random aggregator sequences (starts > 1)", check=at_least(0))
+    seed_decentralized: bool = option(True, "seed the search with the binaries of the "
+                                      "decentralized and decentralized-polish methods",
+                                      flagged=False)
+    screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
+                           "within this fraction above the current objective", check=at_least(0),
+                           flagged=False)
 
 
 @dataclass(frozen=True)

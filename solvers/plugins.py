@@ -17,8 +17,8 @@ _ASL = "PyNumero (the AMPL Solver Library)"     # the decentralised methods' der
 
 PLUGINS: tuple[tuple[str, ...], ...] = (
     ("ipopt-enum", f"{_C}:ipopt_enum", f"{_O}:IpoptEnumOptions",
-     "Ipopt on P for every aggregator per round (coordinate sweeps), associations by the "
-     "fastest-path rule, repaired by the objective; best kept"),
+     "the centralised reference: Ipopt on P with the binaries fixed, seeded by decentralized, "
+     "fixed and greedy, associations repaired by the objective, aggregator sweeps; best kept"),
     ("fixed", f"{_C}:fixed_aggregator", f"{_O}:FixedOptions",
      "aggregator s in every round (--aggregator s), Ipopt on the rest"),
     ("greedy-data", f"{_C}:greedy_data", f"{_O}:GreedyOptions",

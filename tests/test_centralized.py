@@ -61,7 +61,7 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
         starts.append(tuple(int(s) for s in aggs))
         return real(inst_, aggs, *a, **kw)
     monkeypatch.setattr(centralized, "decisions_for", spy)
-    res = solve(inst, "ipopt-enum")
+    res = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)
     assert res.solution is not None
     S, T = inst.S, inst.T
     assert len(starts) == S + 2                                 # S constants, 2 greedy rules
@@ -212,3 +212,134 @@ def test_fixed_solves_an_aggregator_whose_reference_is_feasible():
     res = solve(inst, "fixed", aggregator=3)
     assert res.solution_status == SolutionStatus.feasible
     assert system.evaluate(inst, res.solution).feasible
+
+
+# ---------------------------------------------------------------------- ipopt-enum's search
+def test_ipopt_enum_adds_starts_minus_one_random_seeds_and_the_decentralized_one():
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    res = solve(inst, "ipopt-enum", starts=3)
+    labels = [d["seed"] for d in res.info["seeds"]]
+    assert labels[:2] == ["decentralized", "decentralized-polish"]
+    assert labels[2:] == ([f"fixed-{s}" for s in range(inst.S)] + ["greedy-data", "greedy-rate"]
+                          + ["random-1", "random-2"])
+    res1 = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)
+    assert [d["seed"] for d in res1.info["seeds"]] == labels[2:-2]
+
+
+@pytest.mark.parametrize("seed", [7101, 7102])
+def test_ipopt_enum_is_never_worse_than_any_of_its_seed_methods(seed):
+    """Best kept: ipopt-enum's answer is at or below fixed (every s), greedy-data, greedy-rate,
+    decentralized and decentralized-polish on the same instance."""
+    inst = make_instance("small", seed=seed, rounds=2)
+    enum = solve(inst, "ipopt-enum")
+    assert system.evaluate(inst, enum.solution).feasible
+    others = [solve(inst, m).objective for m in ("greedy-data", "greedy-rate", "decentralized",
+                                                 "decentralized-polish")]
+    others += [solve(inst, "fixed", aggregator=s).objective for s in range(inst.S)]
+    assert enum.objective <= min(others) * (1 + 1e-9)
+    assert enum.termination_condition != TerminationCondition.maxTimeLimit
+    assert enum.info["time_limit_reached"] is False
+
+
+def test_ipopt_enum_time_limit_bounds_the_whole_search_and_keeps_the_incumbent(small,
+                                                                              monkeypatch):
+    """Once `time_limit` wall seconds have passed no further Ipopt solve starts: the best point
+    so far comes back, feasible, with termination maxTimeLimit."""
+    import time as _time
+    from cefl_opt.solvers import centralized
+    real = centralized.FixedNLP.solve
+
+    def slow(self, decisions, warm=None):     # the first solve outlasts the limit
+        out = real(self, decisions, warm)
+        _time.sleep(1.2)
+        return out
+    monkeypatch.setattr(centralized.FixedNLP, "solve", slow)
+    res = solve(small, "ipopt-enum", time_limit=1.0, seed_decentralized=False)
+    assert res.termination_condition == TerminationCondition.maxTimeLimit
+    assert res.info["time_limit_reached"] is True and res.info["ipopt_solves"] == 1
+    assert res.solution_status == SolutionStatus.feasible
+    assert system.evaluate(small, res.solution).feasible
+    assert [d["seed"] for d in res.info["seeds"]] == ["fixed-0"]
+
+
+def test_ipopt_enum_with_no_time_left_for_a_solve_reports_no_solution(small):
+    res = solve(small, "ipopt-enum", time_limit=1e-9, seed_decentralized=False)
+    assert res.termination_condition == TerminationCondition.maxTimeLimit
+    assert res.solution is None and res.info["ipopt_solves"] == 0
+
+
+@pytest.mark.parametrize("name,ok,bad", [("time_limit", 1e-9, 0.0), ("sweeps", 1, 0),
+                                          ("starts", 1, 0), ("screen", 0.0, -1e-9)])
+def test_ipopt_enum_option_boundaries(name, ok, bad):
+    from cefl_opt.solvers.options import IpoptEnumOptions, OptionError
+    assert getattr(IpoptEnumOptions(**{name: ok}), name) == ok
+    with pytest.raises(OptionError, match=f"option '{name}'"):
+        IpoptEnumOptions(**{name: bad})
+
+
+def test_ipopt_enum_cli_rejects_a_zero_time_limit_and_sweeps(tmp_path, small):
+    net, out = tmp_path / "net.json", tmp_path / "sol.json"
+    small.save(net)
+    for flag, value in (("--time-limit", "0"), ("--sweeps", "0"), ("--starts", "0")):
+        p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                            "ipopt-enum", flag, value, "--out", str(out)], capture_output=True,
+                           text=True)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith("cefl-opt: error:") and value in p.stderr
+        assert "Traceback" not in p.stderr and not out.exists()
+
+
+def test_repair_of_chosen_rounds_leaves_the_others_alone():
+    from cefl_opt.association import repair_associations
+    from cefl_opt.solvers.centralized import FixedNLP, decisions_for
+    inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, seed=1)
+    base, _st, _obj = FixedNLP(inst).solve(decisions_for(inst, [0, 0]))
+
+    def changed(sol):
+        return [not (np.array_equal(a.uplink_bs, b.uplink_bs)
+                     and np.array_equal(a.downlink_bs, b.downlink_bs))
+                for a, b in zip(sol.rounds, base.rounds)]
+    full, moves = repair_associations(inst, base)
+    assert changed(full) == [True, True] and moves >= 2     # both rounds move when allowed
+    one, moves1 = repair_associations(inst, base, rounds=(1,))
+    assert changed(one) == [False, True] and 1 <= moves1 < moves
+    assert system.evaluate(inst, one).objective < system.evaluate(inst, base).objective
+
+
+def test_ipopt_enum_sweeps_move_a_round_to_the_best_aggregator():
+    """From [1, 0] a sweep reaches the brute-force best aggregator schedule [0, 0] (every one
+    of the 3^2 schedules solved as `fixed` solves it), one round's move at a time."""
+    import itertools
+    from cefl_opt.solvers import centralized
+    from cefl_opt.solvers.options import IpoptEnumOptions
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    nlp = centralized.FixedNLP(inst)
+    every = {aggs: centralized.solve_with_repair(nlp, centralized.decisions_for(inst, aggs))[2]
+             for aggs in itertools.product(range(inst.S), repeat=inst.T)}
+    assert min(every, key=every.get) == (0, 0) and every[(1, 0)] > every[(0, 0)] * 1.001
+    search = centralized._Search(nlp, None)
+    start, st, obj = nlp.solve(centralized.decisions_for(inst, [1, 0]))
+    sol, obj, _st = centralized._sweeps(search, IpoptEnumOptions(sweeps=1), start, obj, st)
+    assert [r.aggregator for r in sol.rounds] == [0, 0]
+    assert obj <= every[(0, 0)] * (1 + 1e-6)
+    assert obj == pytest.approx(system.evaluate(inst, sol).objective, rel=1e-9)
+
+
+def test_ipopt_enum_out_of_time_after_the_decentralized_seed_returns_its_point(small,
+                                                                              monkeypatch):
+    import time as _time
+    from cefl_opt.solvers import decentralized
+    real = decentralized.solve_decentralized
+
+    def slow(inst, **kw):
+        out = real(inst, **kw)
+        _time.sleep(1.2)
+        return out
+    monkeypatch.setattr(decentralized, "solve_decentralized", slow)
+    res = solve(small, "ipopt-enum", time_limit=1.0)
+    dec = solve(small, "decentralized")
+    assert res.termination_condition == TerminationCondition.maxTimeLimit
+    assert res.info["ipopt_solves"] == 0
+    assert [d["seed"] for d in res.info["seeds"]] == ["decentralized"]
+    assert res.objective == pytest.approx(dec.objective, rel=1e-12)
+    assert system.evaluate(small, res.solution).feasible

@@ -240,7 +240,7 @@ def test_a_flag_of_another_method_is_an_error_not_ignored():
     (["--method", "decentralized", "--set", "zeta=abc"], "option 'zeta' must be a number, got 'abc'"),
     (["--method", "decentralized", "--set", "zeta"], "'--set' value 'zeta' is not KEY=VALUE"),
     (["--method", "decentralized", "--set", "curvature=maybe"], "option 'curvature' must be true or false, got 'maybe'"),
-    (["--method", "ipopt-enum", "--set", "zeta=0.5"], "unknown option 'zeta' (--set); IpoptEnumOptions takes: bound, time_limit, assoc_repair, sweeps, starts, seed"),
+    (["--method", "ipopt-enum", "--set", "zeta=0.5"], "unknown option 'zeta' (--set); IpoptEnumOptions takes: bound, time_limit, assoc_repair, sweeps, starts, seed, seed_decentralized, screen"),
     (["--method", "decentralized", "--set", "progress=true"], "unknown option 'progress'"),
     (["--method", "greedy-rate", "--aggregator", "1"], "does not apply to method 'greedy-rate'"),
     (["--method", "decentralized", "--time-limit", "5"], "does not apply"),
@@ -321,17 +321,17 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
     from cefl_opt.solvers import centralized
     inst = make_instance("small", seed=1, rounds=2)
     tried = []
-    real = centralized.solve_with_repair
+    real = centralized._Search.solve
 
-    def spy(nlp, decisions, warm=None, *, repair=True):
-        if warm is None:   # a start candidate (the final repair passes the incumbent)
+    def spy(self, decisions, warm=None):
+        if warm is None:   # a start candidate (the polish and the sweeps pass a warm start)
             tried.append(tuple(int(d.aggregator) for d in decisions))
-        return real(nlp, decisions, warm, repair=repair)
+        return real(self, decisions, warm)
 
-    monkeypatch.setattr(centralized, "solve_with_repair", spy)
+    monkeypatch.setattr(centralized._Search, "solve", spy)
     for rule in ("greedy_data_aggregators", "greedy_rate_aggregators"):
         monkeypatch.setattr(centralized, rule, lambda inst: [0] * inst.T)
-    res = base.solve(inst, "ipopt-enum")
+    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)  # no random seeds
     assert res.solution is not None
     assert sorted(set(tried)) == [(s,) * inst.T for s in range(inst.S)]
 
