@@ -71,6 +71,7 @@ def test_one_run_in_its_own_process_records_objective_and_peak_rss(tmp_path):
            "timeout": 300}
     rec = bq.run_one(job)
     assert rec["rc"] == 0 and rec["feasible"] and rec["peak_rss_mb"] > 10
+    assert 0 < rec["cpu_s"] < rec["process_wall_s"] * 2 + 1
     assert (tmp_path / "s.json").is_file() and not list(tmp_path.glob("*.part"))
     assert json.loads((tmp_path / "r.json").read_text())["objective"] == rec["objective"]
     (tmp_path / "r.json").write_text(json.dumps({**rec, "objective": -1.0}))
