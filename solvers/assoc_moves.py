@@ -28,6 +28,15 @@ variables are tightened (moved to the max of their rows, inner levels first) and
 re-evaluated; a pass that did not lower it is undone (a safeguard of the bound). Messages
 per pass: broadcasts of g, u, the choices and their gains to the rows' hosts, reduces of the
 trials' parts and of the vetoes over the same relay trees, the global tests.
+
+*Exact trials* (`exact_top_moves`, at a finished point): a trial that lets a shared max fall
+is priced by its rise only, so it can look worse than it is (a downlink move that ends a
+round's slowest downlink lowers dR, and with it the delay and the ML bound). The UEs whose
+leaving lets dA or dR fall are found by the rows' hosts (the rows are affine in the UE's
+indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls);
+each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
+the spanning tree, the largest violation max-reduced), and the best is taken when it is
+feasible and lowers J, one UE at a time.
 """
 from __future__ import annotations
 

@@ -14,7 +14,11 @@ Methods
        its uplink or downlink BS where that lowers J with the rest held, priced by its rows'
        hosts (the node-local counterpart of the central `repair_associations`).
     3. finishing phase: the same SCA with the indicators fixed, on the continuous variables,
-       until converged (warm-started duals).
+       until converged (warm-started duals); then the aggregator search
+       (`solvers/aggregator_moves.py`) and, at the best finished point of each start, up to
+       `refine_rounds` rounds of association moves there (the priced passes and the exact
+       trials of `assoc_moves.exact_top_moves`) and a new finishing phase, kept only when J
+       falls (`_refine`).
 * `decentralized-polish`: phases 1-2, then the central association repair
   (`cefl_opt.association.repair_associations`, evaluates P over the whole network) and the Ipopt polish with
   the binaries fixed: `info["central_steps"] == ["association_repair", "ipopt_polish"]`.
