@@ -543,7 +543,8 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
     """Phases 2-3 and the search after them (`solvers/aggregator_moves.py`): the rounded
     point finished, then with `candidates` = 2 the rounding of the start w^0 finished too;
     from each, up to `agg_passes` passes of aggregator moves and then `_refine`; the network
-    keeps the candidate of least J. Records the first finishing phase and the search in `run.info`."""
+    keeps the candidate of least J. Records the first finishing phase and the search in
+    `run.info`."""
     k, st = run.k, run.st
     first = _finish_point(run, u_rounded, views, "relaxed", record=True)
     run.info.update(stop_reason_finishing=first.reason,

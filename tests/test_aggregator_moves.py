@@ -204,7 +204,7 @@ def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
         assert "Traceback" not in out.stderr and not out_path.exists()
 
 
-# ---------------------------------------------------------------------- refinement at finished points
+# ------------------------------------------------------------ refinement at finished points
 def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
     """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
     after a move gives J = Js[k]; the priced moves at the k-th point move moves[k] UEs, the

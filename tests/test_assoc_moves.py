@@ -120,7 +120,7 @@ def test_the_method_reports_its_moves_and_move_passes_0_turns_them_off():
     assert on["feasible"] and off["feasible"]
 
 
-# ---------------------------------------------------------------------- exact trials at a shared max
+# -------------------------------------------------------------- exact trials at a shared max
 def _gmax(v):
     return float(np.max(v, initial=0.0))
 
