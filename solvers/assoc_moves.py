@@ -28,6 +28,15 @@ variables are tightened (moved to the max of their rows, inner levels first) and
 re-evaluated; a pass that did not lower it is undone (a safeguard of the bound). Messages
 per pass: broadcasts of g, u, the choices and their gains to the rows' hosts, reduces of the
 trials' parts and of the vetoes over the same relay trees, the global tests.
+
+*Exact trials* (`exact_top_moves`, at a finished point): a trial that lets a shared max fall
+is priced by its rise only, so it can look worse than it is (a downlink move that ends a
+round's slowest downlink lowers dR, and with it the delay and the ML bound). The UEs whose
+leaving lets dA or dR fall are found by the rows' hosts (the rows are affine in the UE's
+indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls);
+each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
+the spanning tree, the largest violation max-reduced), and the best is taken when it is
+feasible and lowers J, one UE at a time.
 """
 from __future__ import annotations
 
@@ -356,3 +365,69 @@ def fix_indicators_at(st: DecStructure, u: np.ndarray) -> None:
     ix = ix[ix >= 0]
     lo[ix] = hi[ix] = u[ix]
     st.set_bounds(lo, hi)
+
+
+def _shared_tops(st: DecStructure) -> np.ndarray:
+    """The epigraph variables of the last level held by several nodes (a round's dA, dR)."""
+    single = np.array([len(mb) == 1 for mb in st.members])
+    return (st.epi_level == len(EPIGRAPH_LEVELS) - 1) & (st.epi_dir > 0) & ~single
+
+
+def _lowers_a_shared_max(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np.ndarray,
+                         views: MoveViews, j: int, tops: np.ndarray) -> bool:
+    """Whether the UE leaving its BS (indicator j to 0, the rows affine in it) lets a shared
+    max fall: the rows' change (at their hosts), the epigraphs tightened on it, then one
+    max-reduce of the falls."""
+    du = np.zeros(st.n)
+    du[j] = -u[j] if views.local_vars[j] else 0.0
+    du = views.sync(du)
+    c = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
+                            minlength=st.n_rows)
+    out = tighten_epigraphs(st, u + du, Linearisation(u=u, f=lin.f, g=lin.g, c=c, a=lin.a,
+                                                   f_nodes=lin.f_nodes),
+                            free, views)
+    fall = np.where(tops & views.local_vars, (u - out) * st.scale, 0.0)
+    return views.var_sum(np.maximum(fall, 0.0)) > 1e-12
+
+
+def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
+                    linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                    global_max: Callable[[np.ndarray], float], viol_tol: float,
+                    passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Moves the priced trials cannot see: a trial of a UE whose leaving lets a shared max
+    (dA, dR) fall is priced by its rise only (module docstring). Such UEs are found by
+    `_lowers_a_shared_max`; each of their trials is evaluated exactly (the moved point, its
+    epigraphs tightened, J summed over the spanning tree and the largest violation of the
+    non-forcing rows max-reduced) and the best is taken when it is feasible and lowers J, one
+    UE at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
+    tops = _shared_tops(st)
+    lin = linearise(u)
+    u = tighten_epigraphs(st, u, lin, free, views)
+    lin = linearise(u)
+    f0, moves, tried = lin.f, 0, 0
+    for _ in range(passes):
+        moved = False
+        for g in _groups(st):
+            x = u * st.scale
+            j = int(g[np.argmax(x[g])])
+            if not _lowers_a_shared_max(st, u, lin, free, views, j, tops):
+                continue
+            best = None
+            for v in g.tolist():
+                if v == j:
+                    continue
+                tried += 1
+                ut = u.copy()
+                ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
+                fix_indicators_at(st, ut)
+                ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
+                lt = linearise(ut)
+                viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+                if viol <= viol_tol and (best is None or lt.f < best[1].f):
+                    best = (ut, lt)
+            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+                u, lin, moves, moved = best[0], best[1], moves + 1, True
+            fix_indicators_at(st, u)
+        if not moved:
+            break
+    return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}

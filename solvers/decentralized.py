@@ -14,7 +14,11 @@ Methods
        its uplink or downlink BS where that lowers J with the rest held, priced by its rows'
        hosts (the node-local counterpart of the central `repair_associations`).
     3. finishing phase: the same SCA with the indicators fixed, on the continuous variables,
-       until converged (warm-started duals).
+       until converged (warm-started duals); then the aggregator search
+       (`solvers/aggregator_moves.py`) and, at the best finished point of each start, up to
+       `refine_rounds` rounds of association moves there (the priced passes and the exact
+       trials of `assoc_moves.exact_top_moves`) and a new finishing phase, kept only when J
+       falls (`_refine`).
 * `decentralized-polish`: phases 1-2, then the central association repair
   (`cefl_opt.association.repair_associations`, evaluates P over the whole network) and the Ipopt polish with
   the binaries fixed: `info["central_steps"] == ["association_repair", "ipopt_polish"]`.
@@ -58,8 +62,9 @@ from cefl_opt.instance import Instance, InstanceError
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
-from .aggregator_moves import Candidate, aggregator_search, best_of
-from .assoc_moves import MoveViews, association_moves, central_views, fix_indicators_at
+from .aggregator_moves import Candidate, aggregator_search, best_of, better
+from .assoc_moves import (MoveViews, association_moves, central_views, exact_top_moves,
+                          fix_indicators_at)
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -318,10 +323,14 @@ def _check_arguments(method: str, init: str, max_outer: int | None,
 
 
 def _check_search_constants(k: PDConstants) -> None:
-    """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0, candidates
-    1 or 2."""
+    """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0,
+    refine_rounds >= 0, candidates 1 or 2."""
     if isinstance(k.agg_passes, bool) or int(k.agg_passes) != k.agg_passes or k.agg_passes < 0:
         raise ValueError(f"constant 'agg_passes' must be an integer >= 0, got {k.agg_passes!r}")
+    if isinstance(k.refine_rounds, bool) or int(k.refine_rounds) != k.refine_rounds \
+            or k.refine_rounds < 0:
+        raise ValueError(f"constant 'refine_rounds' must be an integer >= 0, got "
+                         f"{k.refine_rounds!r}")
     if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
         raise ValueError(f"constant 'candidates' must be 1 or 2, got {k.candidates!r}")
 
@@ -407,7 +416,7 @@ def _rounding(run: DecentralizedRun, relaxed_u: np.ndarray):
     st, k, spread = run.st, run.k, run.spread
     u_rounded = _fix_indicators(st, relaxed_u)
     views = None
-    if k.move_passes or spread:
+    if k.move_passes or k.refine_rounds or spread:
         views = run.evaluator.move_views() if run.dec else central_views(st)
     if spread:   # every process's copies of the rounded indicators: the owners' values
         u_rounded = views.sync(u_rounded)
@@ -490,12 +499,52 @@ def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
     return cand
 
 
+def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, dict[str, int]]:
+    """Up to `refine_rounds` rounds from the finished candidate `inc`: the association moves
+    at its finished point (`solvers/assoc_moves.py`: the priced passes, then the exact trials
+    of the UEs whose leaving lets a shared max dA or dR fall, `exact_top_moves`), then, if a
+    UE moved, a new finishing phase; the new candidate replaces `inc` only
+    when it is better (`aggregator_moves.better`: J falls by the network's comparison), else
+    the rounds stop, as they do when no UE moves. Returns the candidate and counts
+    {"refine_rounds", "refine_moves", "refine_accepted"}."""
+    st, k = run.st, run.k
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    lin_fn = run.evaluator.linearise if run.dec else st.linearise
+    gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
+    passes = max(1, k.move_passes)
+    cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0}
+    for _ in range(k.refine_rounds):
+        fix_indicators_at(st, inc.u)
+        u_moved, moved = association_moves(st, inc.u, free, linearise=lin_fn, views=views,
+                                           passes=passes)
+        u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
+                                         global_max=gmax, viol_tol=k.viol_tol, passes=passes)
+        cnt["refine_rounds"] += 1
+        n_moved = moved["association_moves"] + exact["exact_moves"]
+        if n_moved == 0:
+            break
+        cnt["refine_moves"] += n_moved
+        u_fin, records, reason = _finishing_phase(run, u_moved)
+        J, viol = _network_value(run, u_fin)
+        cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
+                         start=inc.start)
+        run.finished.append(cand)
+        if not better(cand, inc, k.viol_tol):
+            break
+        inc = cand
+        cnt["refine_accepted"] += 1
+    fix_indicators_at(st, inc.u)
+    return inc, cnt
+
+
 def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                        t1: float) -> Candidate:
     """Phases 2-3 and the search after them (`solvers/aggregator_moves.py`): the rounded
     point finished, then with `candidates` = 2 the rounding of the start w^0 finished too;
-    from each, up to `agg_passes` passes of aggregator moves; the network keeps the candidate
-    of least J. Records the first finishing phase and the search in `run.info`."""
+    from each, up to `agg_passes` passes of aggregator moves and then `_refine`; the network
+    keeps the candidate of least J. Records the first finishing phase and the search in
+    `run.info`."""
     k, st = run.k, run.st
     first = _finish_point(run, u_rounded, views, "relaxed", record=True)
     run.info.update(stop_reason_finishing=first.reason,
@@ -506,12 +555,16 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
     if k.candidates >= 2:
         u_start, _ = _rounding(run, st.u0)
         starts.append(_finish_point(run, u_start, views, "start"))
-    found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0}
+    found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
+                         "refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0}
     for c in starts:
         best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
                                       passes=k.agg_passes, viol_tol=k.viol_tol)
+        if k.refine_rounds:
+            best, more = _refine(run, best, views)
+            cnt = {**cnt, **more}
         found.append(best)
-        counts = {key: counts[key] + cnt[key] for key in counts}
+        counts = {key: counts[key] + cnt.get(key, 0) for key in counts}
     chosen = best_of(found, k.viol_tol)
     fix_indicators_at(st, chosen.u)
     if run.dec and run.msg_hist:   # the last evaluations' messages join the last outer's

@@ -313,6 +313,9 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "agg_passes": ("passes of aggregator moves over (round, DC) after the finishing phase, "
                    "each accepted only when the finished objective falls (0: off)",
                    at_least(0), None),
+    "refine_rounds": ("rounds of association moves at each searched candidate's finished "
+                      "point, each followed by a finishing phase and kept only when the "
+                      "finished objective falls (0: off)", at_least(0), None),
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),

@@ -83,7 +83,10 @@ class PDConstants:
     finished point, each move accepted only when the finished J falls
     (`solvers/aggregator_moves.py`; 0: off).
     candidates: starts whose finished points are searched and compared by the network's
-    minimum of J: 1, the relaxed phase's rounding; 2, also the rounding of the start w^0."""
+    minimum of J: 1, the relaxed phase's rounding; 2, also the rounding of the start w^0.
+    refine_rounds: after each candidate's search, rounds of association moves at its finished
+    point followed by a new finishing phase, each kept only when the finished J falls (stops
+    at the first round that moves nothing or does not lower J; 0: off)."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -114,6 +117,7 @@ class PDConstants:
     move_passes: int = 5
     agg_passes: int = 3
     candidates: int = 2
+    refine_rounds: int = 3
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -174,7 +174,8 @@ def test_search_never_raises_J(tiny_pair):
 
 
 @pytest.mark.parametrize("name, value", [("candidates", 0), ("candidates", 3),
-                                         ("agg_passes", -1)])
+                                         ("agg_passes", -1), ("refine_rounds", -1),
+                                         ("refine_rounds", 1.5)])
 def test_bad_search_constants_are_refused(name, value):
     inst = make_instance("tiny", seed=0)
     with pytest.raises(ValueError, match=name):
@@ -183,7 +184,9 @@ def test_bad_search_constants_are_refused(name, value):
 
 @pytest.mark.parametrize("name, value, ok", [("candidates", 0, False), ("candidates", 3, False),
                                              ("agg_passes", -1, False),
-                                             ("candidates", 1, True), ("agg_passes", 0, True)])
+                                             ("refine_rounds", -1, False),
+                                             ("candidates", 1, True), ("agg_passes", 0, True),
+                                             ("refine_rounds", 0, True)])
 def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
     inst = make_instance("tiny", seed=0, rounds=1)
     path = tmp_path / "inst.json"
@@ -199,3 +202,59 @@ def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
         assert out.returncode == 2, out.stderr[-2000:]
         assert "cefl-opt: error:" in out.stderr and name in out.stderr
         assert "Traceback" not in out.stderr and not out_path.exists()
+
+
+# ------------------------------------------------------------ refinement at finished points
+def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
+    """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
+    after a move gives J = Js[k]; the priced moves at the k-th point move moves[k] UEs, the
+    exact trials exact[k] (0 if not given)."""
+    from cefl_opt.solvers import decentralized as dz
+    calls = {"moves": 0, "finish": 0}
+
+    def fake_moves(st, u, free, **kw):
+        m = moves[calls["moves"]]
+        calls["moves"] += 1
+        return u + 1.0, {"association_moves": m}
+
+    def fake_finish(run, u):
+        calls["finish"] += 1
+        return u.copy(), [], "converged"
+
+    monkeypatch.setattr(dz, "association_moves", fake_moves)
+    monkeypatch.setattr(dz, "exact_top_moves", lambda st, u, free, **kw:
+                        (u, {"exact_moves": (exact or [0] * 9)[calls["moves"] - 1]}))
+    monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
+    monkeypatch.setattr(dz, "_finishing_phase", fake_finish)
+    monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
+    run = SimpleNamespace(st=SimpleNamespace(n_rows=2, force_rows=np.array([], int)),
+                          k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
+                          dec=False, finished=[])
+    run.st.linearise = None
+    return dz._refine(run, _cand(2.0, u=np.zeros(1)), None), calls, run
+
+
+def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
+    (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
+    assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
+    assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2}
+    assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
+
+
+def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
+    (best, cnt), _calls, _run = _refine_harness(monkeypatch, [2.0], [1], 5)
+    assert best.J == 2.0 and best.u[0] == 0.0 and cnt["refine_accepted"] == 0
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
+    assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
+    assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0}
+
+
+def test_refine_rounds_bound_the_work(monkeypatch):
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.9, 1.8, 1.7], [1, 1, 1], 2)
+    assert best.J == 1.8 and calls == {"moves": 2, "finish": 2} and cnt["refine_rounds"] == 2
+
+
+def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
+    assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
+    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1}

@@ -118,3 +118,86 @@ def test_the_method_reports_its_moves_and_move_passes_0_turns_them_off():
     assert on["association_predicted"] >= 0
     assert "association_moves" in on and "association_moves" not in off
     assert on["feasible"] and off["feasible"]
+
+
+# -------------------------------------------------------------- exact trials at a shared max
+def _gmax(v):
+    return float(np.max(v, initial=0.0))
+
+
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2), ("paper", 5, 2)])
+def test_the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR(preset, seed, T):
+    """Truth: `system.evaluate` with the UE moved; a trial that lowers a round's dA or dR
+    belongs to a flagged UE, and an unflagged UE's trials are priced exactly."""
+    inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
+    lin = st.linearise(u)
+    tops = am._shared_tops(st)
+    assert tops.sum() == 2 * T                                  # dA and dR per round
+    sol = _solution(inst, st, u)
+    ev0 = system.evaluate(inst, sol)
+    table, _ = _trial_table(inst, st, u, free, views)
+    x = u * st.scale
+    flagged = {}
+    for key, field in (("Inb", "uplink_bs"), ("Ibn", "downlink_bs")):
+        ix = st.idx[key]
+        for t in range(ix.shape[0]):
+            for n in range(ix.shape[1]):
+                g = ix[t, n][ix[t, n] >= 0]
+                if len(g) > 1:
+                    j = int(g[np.argmax(x[g])])
+                    flagged[(field, t, n)] = am._lowers_a_shared_max(st, u, lin, free, views,
+                                                                     j, tops)
+    fell_seen = 0
+    for field, t, n, b, pred in table:
+        arr = getattr(sol.rounds[t], field)
+        keep = int(arr[n])
+        arr[n] = b
+        ev = system.evaluate(inst, sol)
+        arr[n] = keep
+        d0, d1 = ev0.rounds[t], ev.rounds[t]
+        if d1["dA"] < d0["dA"] - 1e-9 or d1["dR"] < d0["dR"] - 1e-9:
+            assert flagged[(field, t, n)], (field, t, n, b)
+            fell_seen += 1
+        elif ev.feasible and not flagged[(field, t, n)]:
+            assert pred == pytest.approx(ev.objective - ev0.objective, abs=1e-9), (field, t, n)
+    assert 0 < sum(flagged.values()) < len(flagged) and fell_seen > 0
+
+
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2),
+                                           pytest.param("paper", 5, 2, marks=pytest.mark.slow)])
+def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T):
+    inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
+    ev0 = system.evaluate(inst, _solution(inst, st, u)).objective
+    u2, info = am.exact_top_moves(st, u, free, linearise=st.linearise, views=views,
+                                  global_max=_gmax, viol_tol=1e-6, passes=20)
+    sol = _solution(inst, st, u2)
+    ev1 = system.evaluate(inst, sol)
+    assert ev1.feasible and info["exact_moves"] > 0
+    assert ev1.objective == pytest.approx(ev0 - info["exact_gain"], rel=1e-9)
+    assert ev1.objective < ev0
+    lin = st.linearise(u2)                     # the end: no flagged UE's trial lowers P
+    tops, x = am._shared_tops(st), u2 * st.scale
+    for key, field in (("Inb", "uplink_bs"), ("Ibn", "downlink_bs")):
+        ix = st.idx[key]
+        for t, n in np.ndindex(*ix.shape[:2]):
+            g = ix[t, n][ix[t, n] >= 0]
+            j = int(g[np.argmax(x[g])]) if len(g) > 1 else -1
+            if j < 0 or not am._lowers_a_shared_max(st, u2, lin, free, views, j, tops):
+                continue
+            arr = getattr(sol.rounds[t], field)
+            keep = int(arr[n])
+            for b in inst.ue_links()[n]:
+                arr[n] = b
+                ev = system.evaluate(inst, sol)
+                assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9)
+            arr[n] = keep
+    # the reject branch: from the end point nothing lowers P, so nothing moves
+    u3, again = am.exact_top_moves(st, u2, free, linearise=st.linearise, views=views,
+                                   global_max=_gmax, viol_tol=1e-6, passes=20)
+    assert again["exact_moves"] == 0 and again["exact_gain"] == 0.0
+    ind = np.concatenate(am._groups(st))
+    assert np.array_equal(u3[ind], u2[ind])
+    _u, none = am.exact_top_moves(st, u, free, linearise=st.linearise, views=views,
+                                  global_max=_gmax, viol_tol=1e-6, passes=0)
+    assert none["exact_moves"] == 0 and none["exact_trials"] == 0
+

@@ -27,7 +27,7 @@ from cefl_opt.solvers.sca import build_structure
 warnings.filterwarnings("ignore", category=UserWarning)
 
 #: the aggregator moves and the second start off (`solvers/aggregator_moves.py`)
-NO_SEARCH = {"agg_passes": 0, "candidates": 1}
+NO_SEARCH = {"agg_passes": 0, "candidates": 1, "refine_rounds": 0}
 
 
 def enum_reference(inst) -> float:
