@@ -19,6 +19,18 @@ from cefl_opt.solvers.decentralized import _fix_indicators, solve_decentralized 
 from cefl_opt.solvers.sca import build_structure  # noqa: E402
 
 
+
+def _evaluate_moved(inst, sol, field: str, t: int, n: int, b: int):
+    """`system.evaluate` of `sol` with UE n's `field` (uplink_bs / downlink_bs) of round t moved
+    to BS b; `sol` is left as it was."""
+    arr = getattr(sol.rounds[t], field)
+    keep = int(arr[n])
+    arr[n] = b
+    try:
+        return system.evaluate(inst, sol)
+    finally:
+        arr[n] = keep
+
 def _setup(preset, seed, T, scramble=False):
     """The reference orchestration (binary), or with every UE's BSs drawn at random."""
     inst = make_instance(preset, seed=seed, rounds=T)
@@ -75,11 +87,7 @@ def test_trial_predictions_match_the_evaluator(preset, seed, T, scramble):
     assert lin.f == pytest.approx(ev0.objective, rel=1e-9)     # tightened: J(u) is P's value
     exact = lower = 0
     for field, t, n, b, pred in table:
-        arr = getattr(sol.rounds[t], field)
-        keep = int(arr[n])
-        arr[n] = b
-        ev = system.evaluate(inst, sol)
-        arr[n] = keep
+        ev = _evaluate_moved(inst, sol, field, t, n, b)
         if not ev.feasible:
             assert pred >= 1e29, (field, t, n, b)
             continue
@@ -149,11 +157,7 @@ def test_the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR(preset, 
                                                                      j, tops)
     fell_seen = 0
     for field, t, n, b, pred in table:
-        arr = getattr(sol.rounds[t], field)
-        keep = int(arr[n])
-        arr[n] = b
-        ev = system.evaluate(inst, sol)
-        arr[n] = keep
+        ev = _evaluate_moved(inst, sol, field, t, n, b)
         d0, d1 = ev0.rounds[t], ev.rounds[t]
         if d1["dA"] < d0["dA"] - 1e-9 or d1["dR"] < d0["dR"] - 1e-9:
             assert flagged[(field, t, n)], (field, t, n, b)

@@ -154,15 +154,9 @@ def test_composed_collectives_equal_the_message_rounds(preset):
 def test_broadcast_sums_and_global_max_equal_their_single_forms():
     """`broadcast_sums` == one `broadcast_sum` per vector (values and per-node charges, bit for
     bit); `global_max` == the largest entry, charged as one max-reduce plus one broadcast."""
-    inst = make_instance("paper", seed=3)
-    g = inst.graph()
-    names = list(g.nodes)
-    comm = LocalComm(g, names)
     rng = np.random.default_rng(5)
-    V, Q = len(names), 30
-    roots = rng.integers(0, V, Q)
-    members = [rng.choice(V, size=int(rng.integers(1, V + 1)), replace=False) for _ in range(Q)]
-    plan = comm.plan(roots, members)
+    Q = 30
+    comm, plan = _random_plan("paper", 3, rng, Q)
     import scipy.sparse as sp
     E = len(plan.entry_q)
     maps = [sp.random(12, E, density=0.2, random_state=1, format="csr"),
@@ -175,7 +169,7 @@ def test_broadcast_sums_and_global_max_equal_their_single_forms():
     m1, b1 = comm.snapshot()
     assert all(np.array_equal(a, b) for a, b in zip(both, one))
     assert np.array_equal(m1, m2) and np.array_equal(b1, b2) and m1.sum() > 0
-    gplan = comm.plan(np.array([0]), [np.arange(V)])
+    gplan = comm.plan(np.array([0]), [np.arange(comm.n_nodes)])
     vals = rng.normal(size=len(gplan.entry_q))
     assert comm.global_max(gplan, vals) == vals.max()
     m, b = comm.snapshot()

@@ -92,12 +92,18 @@ def main() -> int:
     m0, by0 = ref.snapshot()
     if not (np.array_equal(m1, m0) and np.array_equal(by1, by0)):
         bad.append("per-node messages/bytes")
+    sizes = np.bincount(comm.owner, minlength=comm.size).tolist()
+    cut = sum(int(comm.owner[x] != comm.owner[y]) for x in range(V) for y in ref.adj[x]) // 2
+    return verdict(comm, bad, f"ranks {comm.size}, nodes per rank {sizes}, cut edges {cut}, "
+                              f"messages {int(m1.sum())}, bytes {int(by1.sum())}")
+
+
+def verdict(comm, bad: list[str], header: str) -> int:
+    """Every rank's mismatches, printed by rank 0 after `header`, then OK or FAILED; the exit
+    code (0 when no rank found one)."""
     flags = comm.world.allgather(bad)
     if comm.rank == 0:
-        sizes = np.bincount(comm.owner, minlength=comm.size).tolist()
-        cut = sum(int(comm.owner[x] != comm.owner[y]) for x in range(V) for y in ref.adj[x]) // 2
-        print(f"ranks {comm.size}, nodes per rank {sizes}, cut edges {cut}, "
-              f"messages {int(m1.sum())}, bytes {int(by1.sum())}")
+        print(header)
         for r, f in enumerate(flags):
             for x in f:
                 print(f"rank {r}: MISMATCH {x}")
