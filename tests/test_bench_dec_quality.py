@@ -97,9 +97,12 @@ def test_the_bound_gets_each_seeds_best_known_as_incumbent(tmp_path):
     import argparse
     args = argparse.Namespace(presets=["paper"], seeds_paper=[1, 2], seeds_small=[],
                               rounds_paper=1, rounds_small=1, bound_time=5.0,
-                              bound_method="decomposed-bound", reuse=False, timeout=10.0)
+                              bound_method="decomposed-bound", reuse=False, timeout=10.0,
+                              bound_presets=["paper"])
     bj = bq.bound_jobs(args, tmp_path, "c", best)
     assert [j["options"] for j in bj] == [{"time_limit": 5.0, "incumbent": 1.1},
                                           {"time_limit": 5.0}]
     assert bq.bound_jobs(argparse.Namespace(**{**vars(args), "bound_time": 0.0}), tmp_path,
                          "c", best) == []
+    assert bq.bound_jobs(argparse.Namespace(**{**vars(args), "bound_presets": ["small"]}),
+                         tmp_path, "c", best) == []
