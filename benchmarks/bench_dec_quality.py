@@ -50,7 +50,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -106,18 +105,6 @@ def worker(inst_path: str, method: str, options: str, out: str, sol_path: str) -
     return 0
 
 
-class _Popen(subprocess.Popen):
-    """subprocess.Popen whose wait records the child's peak RSS (MB) and CPU seconds
-    (`os.wait4`): on a loaded machine the CPU time is the better measure of the time alone."""
-
-    def _try_wait(self, wait_flags):
-        pid, sts, usage = os.wait4(self.pid, wait_flags)
-        if pid == self.pid:
-            self.rss_mb = usage.ru_maxrss / 1024.0
-            self.cpu_s = usage.ru_utime + usage.ru_stime
-        return pid, sts
-
-
 def _reusable(rec: dict, job: dict) -> bool:
     """A record answers a job under --reuse when the method and its options are the same (any
     commit: the table names each run's commit). A bound made with a larger incumbent stays
@@ -143,24 +130,16 @@ def run_one(job: dict) -> dict:
             return rec
     tmp = out.with_name(out.name + ".part")
     tmp.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "benchmarks.bench_dec_quality", "--worker", job["inst"],
-           job["method"], json.dumps(job["options"]), str(tmp), job["solution"]]
-    t0 = time.perf_counter()
-    p = _Popen(cmd, cwd=common.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _o, err = p.communicate(timeout=job["timeout"])
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _o, err = p.communicate()
-    wall = time.perf_counter() - t0
-    if p.returncode == 0 and tmp.exists():
+    run = common.run_child([sys.executable, "-m", "benchmarks.bench_dec_quality", "--worker",
+                            job["inst"], job["method"], json.dumps(job["options"]), str(tmp),
+                            job["solution"]], job["timeout"], tail=800)
+    if run.rc == 0 and tmp.exists():
         rec = json.loads(tmp.read_text())
     else:
-        rec = {"status": "crashed" if p.returncode else "no_record", "objective": None,
-               "feasible": None, "bound": None, "stderr": (err or "")[-800:]}
-    rec.update(key=key, rc=p.returncode, process_wall_s=wall,
-               peak_rss_mb=getattr(p, "rss_mb", float("nan")),
-               cpu_s=getattr(p, "cpu_s", float("nan")))
+        rec = {"status": "crashed" if run.rc else "no_record", "objective": None,
+               "feasible": None, "bound": None, "output": run.output}
+    rec.update(key=key, rc=run.rc, process_wall_s=run.wall_s, peak_rss_mb=run.peak_rss_mb,
+               cpu_s=run.cpu_s)
     from cefl_opt.io import write_json_atomic
     write_json_atomic(out, rec)
     tmp.unlink(missing_ok=True)

@@ -47,7 +47,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -203,43 +202,19 @@ def _worker_ipopt(job: dict) -> dict:
 WORKERS = {"gen": _worker_gen, "floor": _worker_floor, "ipopt": _worker_ipopt}
 
 
-def _run_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
-    """(exit code, wall s, peak RSS MB of the child tree's largest process, output tail).
-    The child's address space is capped at BENCH_SCALE_MEM_GB (default 10 GB): a run that
-    needs more fails with a MemoryError instead of calling the machine's OOM killer."""
+def _peak_rss_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
+    """(exit code, wall s, peak RSS MB of the child tree's largest process, output tail)
+    (`common.run_child`). The child's address space is capped at BENCH_SCALE_MEM_GB (default
+    10 GB): a run that needs more fails with a MemoryError instead of calling the machine's OOM
+    killer."""
     import resource
     cap = int(float(os.environ.get("BENCH_SCALE_MEM_GB", "10")) * 2 ** 30)
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True, preexec_fn=limit)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        rc = 124
-    wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
-    return rc, wall, rss, (out or "")[-2000:]
-
-
-def _peak_rss_child(cmd: list[str], timeout: float) -> tuple[int, float, float, str]:
-    """Run `cmd` from a fresh helper process so that RUSAGE_CHILDREN's maximum is this run's."""
-    helper = [sys.executable, "-c",
-              "import json,sys; sys.path.insert(0, %r); from benchmarks.bench_scale import "
-              "_run_child; print('@@' + json.dumps(_run_child(%r, %r)))"
-              % (str(common.ROOT), cmd, timeout)]
-    p = subprocess.run(helper, capture_output=True, text=True, timeout=timeout + 120)
-    line = [x for x in p.stdout.splitlines() if x.startswith("@@")]
-    if not line:
-        return 1, float("nan"), float("nan"), (p.stdout + p.stderr)[-2000:]
-    rc, wall, rss, tail = json.loads(line[-1][2:])
-    return rc, wall, rss, tail
+    run = common.run_child(cmd, timeout, preexec_fn=limit)
+    return run.rc, run.wall_s, run.peak_rss_mb, run.output
 
 
 def _worker_cmd(kind: str, job: dict) -> list[str]:

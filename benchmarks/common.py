@@ -8,10 +8,13 @@ tables and matplotlib figures (Agg backend, written atomically).
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import subprocess
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -318,6 +321,49 @@ def footer(name: str, t0: float, files: Iterable[Path]) -> None:
     print(f"\n{name}: wrote " + ", ".join(str(Path(f).relative_to(ROOT)) if Path(f).is_relative_to(ROOT)
                                           else str(f) for f in files))
     print(f"{name}: runtime {time.perf_counter() - t0:.1f} s")
+
+
+# ---- a command in a process of its own, measured -------------------------------------------
+@dataclass
+class ChildRun:
+    """What `run_child` measured: exit code (124: killed at the timeout), wall seconds, peak
+    RSS (MB) and CPU seconds of the child and the descendants it waited for (`os.wait4`, so an
+    `mpiexec` child reports its largest rank), and the tail of its merged output."""
+    rc: int
+    wall_s: float
+    peak_rss_mb: float
+    cpu_s: float
+    output: str
+
+
+class _MeasuredPopen(subprocess.Popen):
+    """subprocess.Popen whose wait keeps the child's resource usage (`os.wait4`)."""
+    usage = None
+
+    def _try_wait(self, wait_flags):
+        pid, sts, usage = os.wait4(self.pid, wait_flags)
+        if pid == self.pid:
+            self.usage = usage
+        return pid, sts
+
+
+def run_child(cmd: list[str], timeout: float, *, preexec_fn=None, tail: int = 2000) -> ChildRun:
+    """Run `cmd` in a session of its own (from ROOT); at the timeout its whole process group is
+    killed. On a loaded machine the CPU seconds are the better measure of the time alone."""
+    t0 = time.perf_counter()
+    p = _MeasuredPopen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, start_new_session=True, preexec_fn=preexec_fn)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        rc = 124
+    u = p.usage
+    return ChildRun(rc, time.perf_counter() - t0,
+                    float("nan") if u is None else u.ru_maxrss / 1024.0,
+                    float("nan") if u is None else u.ru_utime + u.ru_stime, (out or "")[-tail:])
 
 
 # ---- the skeleton every suite uses -------------------------------------------------------------
