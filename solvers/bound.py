@@ -2,8 +2,9 @@
 
 `decomposed_bound` (method `decomposed-bound`): P decomposed over rounds and aggregators, an
 ML floor plus SCIP's bound of each round with its aggregator fixed (its docstring says why
-that is valid). `lower_bound`: `scip`'s dual bound on the whole binary model. Both use the
-cuts that every feasible point satisfies and an objective cutoff, valid as below.
+that is valid). The method `scip` (its option `incumbent`) gives SCIP's dual bound on the
+whole binary model. Both use the cuts that every feasible point satisfies and an objective
+cutoff, valid as below.
 
 Why the bound is valid:
 
@@ -82,26 +83,6 @@ def add_bound_cuts(m, inst: Instance) -> None:
             v.setlb(max(float(lo), v.lb or 0.0))
 
 
-def lower_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
-                bound: str = "corollary", weights: dict[str, float] | None = None,
-                threads: int = 1, seed: int = 0, progress: bool = False):
-    """A proven lower bound on P for `inst` within `time_limit` seconds: `scip` with the
-    aggregator cuts and, given `incumbent` (the objective of any point; usually the best
-    known feasible one), the cutoff row J <= incumbent (module docstring). Returns the
-    `Results` of `scip`: `bound` is the proven lower bound (None if SCIP proved none), `gap`
-    its distance to SCIP's own incumbent where it found one. A time limit that is not a
-    positive number, or a non-positive incumbent, raises `OptionError` naming the field."""
-    from .base import solve
-    from .options import OptionError
-    if time_limit is None:
-        raise OptionError("option 'time_limit' must be a positive number of seconds, got None")
-    kw = {"time_limit": time_limit, "bound": bound, "weights": weights, "threads": threads,
-          "seed": seed, "progress": progress}
-    if incumbent is not None:
-        kw["incumbent"] = incumbent
-    return solve(inst, "scip", **kw)
-
-
 # ---------------------------------------------------------------------- decomposition
 def round_instance(inst: Instance, t: int) -> Instance:
     """Round t of `inst` as a one-round instance (every per-round field sliced)."""
@@ -120,13 +101,8 @@ def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]
     and SCIP's termination ('provenInfeasible': no point, the bound is +inf)."""
     from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
 
-    from .isolation import in_child
-    from .scip import IPOPT_OPTIONS_FILE, _finite
-    params = {"limits/time": float(time_limit), "limits/gap": 1e-6,
-              "randomization/randomseedshift": seed, "numerics/feastol": 1e-7,
-              "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
-    if in_child():
-        params["misc/catchctrlc"] = False
+    from .scip import _finite, scip_params
+    params = scip_params(float(time_limit), 1e-6, seed)
     res = ScipDirect().solve(m, tee=False, solver_options=params, load_solutions=False,
                              raise_exception_on_nonoptimal_result=False)
     tc = res.termination_condition.name

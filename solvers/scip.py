@@ -51,14 +51,9 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= cut)
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, ref)
-    params = {"limits/gap": opts.gap, "randomization/randomseedshift": opts.seed,
-              "numerics/feastol": 1e-7, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
-    if opts.time_limit is not None:
-        params["limits/time"] = opts.time_limit
+    params = scip_params(opts.time_limit, opts.gap, opts.seed)
     if opts.threads > 1:
         params["parallel/maxnthreads"] = opts.threads
-    if in_child():   # the parent process handles Ctrl-C and kills this one
-        params["misc/catchctrlc"] = False
     params.update(opts.scip_options)
     bar = _bar(opts.progress)
     try:
@@ -108,6 +103,20 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         info["violations"] = ev.violations[:10]
     return Results(method="scip", termination_condition=status, solution_status=sstat,
                    solution=sol, objective=ev.objective, bound=lower, gap=g, info=info)
+
+
+def scip_params(time_limit: float | None, gap: float, seed: int) -> dict:
+    """SCIP's parameters for every solve of the project: time limit (none: no limit), gap,
+    seed shift, feasibility tolerance, the bundled Ipopt's options file (AMD ordering, avoiding
+    the MUMPS/METIS crash) and, in an isolated child, Ctrl-C left to the parent (which kills
+    the child)."""
+    params = {"limits/gap": gap, "randomization/randomseedshift": seed,
+              "numerics/feastol": 1e-7, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
+    if time_limit is not None:
+        params["limits/time"] = time_limit
+    if in_child():
+        params["misc/catchctrlc"] = False
+    return params
 
 
 def _finite(x) -> float | None:
