@@ -28,7 +28,7 @@ def _env():
 
 def _solve(prefix, net: Path, out: Path, backend: str, cwd: Path):
     return subprocess.run([*prefix, str(CLI), "solve", str(net), "--method", "decentralized",
-                           "--max-outer", "3", "--backend", backend, "--out", str(out)],
+                           "--max-outer", "2", "--backend", backend, "--out", str(out)],
                           capture_output=True, text=True, timeout=400, env=_env(), cwd=cwd)
 
 

@@ -16,7 +16,8 @@ from cefl_opt.solvers.dec_comm import graph_adjacency
 from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
 
 TRUE = mm.Fit(c=2e-8, x2=2.25, p=96.0, alpha=3e-5, beta=4e-10, inner_a=40.0, inner_k=0.6,
-              rss_base=150.0, rss_own=0.004, rss_all=0.03)
+              rss_base=150.0, rss_own=0.004, rss_all=0.03,
+              inner_largest=40.0 * 4e4 ** 0.6)    # the largest synthetic size's inner its
 SIZES = [(20, 10, 5, "all"), (50, 15, 8, 5), (100, 20, 10, 5)]
 
 
@@ -106,6 +107,7 @@ def test_prediction_is_the_formula():
         t = TRUE.c * 2e5 + 3 * TRUE.x2 * (a + b * TRUE.p * 300)
         assert r.s_per_inner == pytest.approx(t, rel=1e-12)
         assert r.s_per_run == pytest.approx(t * inner, rel=1e-12)
+        assert r.s_per_run_inner_as_largest == pytest.approx(t * TRUE.inner_largest, rel=1e-12)
         assert r.rss_MB_per_rank == pytest.approx(150 + 0.004 * 2e5 + 0.03 * 1e6, rel=1e-12)
 
 
