@@ -107,6 +107,8 @@ def test_prediction_is_the_formula():
         t = TRUE.c * 2e5 + 3 * TRUE.x2 * (a + b * TRUE.p * 300)
         assert r.s_per_inner == pytest.approx(t, rel=1e-12)
         assert r.s_per_run == pytest.approx(t * inner, rel=1e-12)
+        t_nbr = TRUE.c * 2e5 + 3 * TRUE.x2 * (4 * a + b * TRUE.p * 300)
+        assert r.s_per_inner_alpha_per_neighbour == pytest.approx(t_nbr, rel=1e-12)
         assert r.s_per_run_inner_as_largest == pytest.approx(t * TRUE.inner_largest, rel=1e-12)
         assert r.rss_MB_per_rank == pytest.approx(150 + 0.004 * 2e5 + 0.03 * 1e6, rel=1e-12)
 
