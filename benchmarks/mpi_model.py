@@ -301,8 +301,8 @@ def markdown(fit: Fit, pred: pd.DataFrame, res: pd.DataFrame, net: str) -> str:
               f"{r.model:.4g} | {100 * r.rel_residual:+.0f} % | {'yes' if r.held_out else ''} |"
               for _, r in res.iterrows()]
     lines += ["", "| ranks | interconnect | W_max | cut edges (max) | rank-graph diameter | "
-              "ms per inner it. (compute; alpha per neighbour rank) | inner its (fit) | time per run (fit; with the largest "
-              "measured size's inner its) | GB per rank |",
+              "ms per inner it. (compute; alpha per neighbour rank) | inner its (fit) | "
+              "time per run (fit; with the largest measured size's inner its) | GB per rank |",
               "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r.ranks} | {r.interconnect} | {r.W_max:,} | {r.E_max:,} | {r.diameter} | "
               f"{1e3 * r.s_per_inner:.1f} ({1e3 * r.compute_s_per_inner:.1f}; "
