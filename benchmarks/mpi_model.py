@@ -1,7 +1,8 @@
 """A cost model of the MPI backend fitted to `bench_scale` measurements, and its prediction for
 10,000 UEs on 8-64 ranks (docs/scale-mpi.md, "Predicting larger runs").
 
-    python -m benchmarks.mpi_model [--scale-csv results/bench/scale.csv] [--out DIR]
+    python -m benchmarks.mpi_model [--scale-csv results/bench/scale.csv [MORE.csv ...]]
+                                   [--out DIR]
                                    [--ues 10000 --bss 1000 --dcs 100 --reach 5 --seed 0]
                                    [--ranks 8,16,32,64] [--alpha-us 50 --gbps 10]
 
@@ -176,13 +177,21 @@ def _instance(row, seed: int):
                          reach=reach, seed=seed)
 
 
-def load_measurements(csv: Path, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(1-rank rows, per-rank rows of the 2-rank runs, full runs) from bench_scale's CSV; the
+def read_scale_csvs(paths: list[Path]) -> pd.DataFrame:
+    """bench_scale's CSVs, concatenated."""
+    for p in paths:
+        if not p.is_file():
+            raise InputError(f"--scale-csv: no such file: {p}")
+    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+
+
+def load_measurements(csvs: list[Path], seed: int
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(1-rank rows, per-rank rows of the 2-rank runs, full runs) from bench_scale's CSVs; the
     2-rank rows get their rank's work and cut from the METIS partition of the same instance
     (regenerated with `seed`, bench_scale's `--seed`)."""
-    if not csv.is_file():
-        raise InputError(f"--scale-csv: no such file: {csv}")
-    df = pd.read_csv(csv)
+    df = read_scale_csvs(csvs)
+    csv = ", ".join(str(p) for p in csvs)
     need = {"measure", "ranks", "rc", "N", "B", "S", "reach", "vars_block", "s_per_inner",
             "inner_iterations", "peak_rss_MB"}
     missing = sorted(need - set(df.columns))
@@ -354,7 +363,8 @@ def figure(pred: pd.DataFrame, one, two, runs, fit: Fit, path: Path) -> Path:
 
 # ---------------------------------------------------------------------- driver
 def run(args) -> int:
-    one, two, runs = load_measurements(Path(args.scale_csv), args.seed)
+    csvs = [Path(p) for p in args.scale_csv]
+    one, two, runs = load_measurements(csvs, args.seed)
     fit = fit_model(one, two, runs)
     res = pd.concat([residuals(fit, one, two, runs), held_out(one, two, runs)])
     from tqdm import tqdm
@@ -367,7 +377,7 @@ def run(args) -> int:
     common.write_csv(pred, out / "mpi_model.csv")
     common.write_csv(res, out / "mpi_model_fit.csv")
     net = (f"multi-host assumed alpha = {args.alpha_us:g} us, {args.gbps:g} Gbit/s; "
-           f"load average at the measurements {_load_range(Path(args.scale_csv))}")
+           f"load average at the measurements {_load_range(csvs)}")
     from cefl_opt.io import write_atomic
     write_atomic(out / "mpi_model.md", markdown(fit, pred, res, net))
     figure(pred, one, two, runs, fit, out / "mpi_model.png")
@@ -390,8 +400,8 @@ def _predicted_instance(args):
                          reach=args.reach, seed=args.seed)
 
 
-def _load_range(csv: Path) -> str:
-    df = pd.read_csv(csv)
+def _load_range(csvs: list[Path]) -> str:
+    df = read_scale_csvs(csvs)
     return f"{df.load1.min():.1f}-{df.load1.max():.1f}" if "load1" in df else "not recorded"
 
 
@@ -415,8 +425,8 @@ def main(argv=None) -> int:
     ap.add_argument("--net", default=None,
                     help="instance file of the predicted size (default: generated from "
                          "--ues/--bss/--dcs/--reach/--seed)")
-    ap.add_argument("--scale-csv", default=str(common.OUT / "scale.csv"),
-                    help="bench_scale's CSV (with --ranks 1,2)")
+    ap.add_argument("--scale-csv", nargs="+", default=[str(common.OUT / "scale.csv")],
+                    help="bench_scale's CSV(s) (with --ranks 1,2), read together")
     ap.add_argument("--out", default=str(common.OUT), help="where the outputs go")
     ap.add_argument("--ues", type=int, default=10000)
     ap.add_argument("--bss", type=int, default=1000)

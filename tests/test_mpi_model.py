@@ -211,3 +211,19 @@ def test_bad_options_are_exit_2(tmp_path, capsys, argv, field):
 def test_boundary_options_are_accepted():
     assert mm._ranks("2") == [2]
     assert mm._ranks("8,16,32,64") == [8, 16, 32, 64]
+
+
+def test_several_csvs_are_read_together(tmp_path, capsys):
+    """The 1-rank and the 2-rank rows in two files give the one file's fit; a missing second
+    file is named."""
+    full = pd.read_csv(_csv(tmp_path, TRUE))
+    a, b = tmp_path / "one.csv", tmp_path / "two.csv"
+    full[full.ranks == 1].to_csv(a, index=False)
+    full[full.ranks == 2].to_csv(b, index=False)
+    one, two, runs = mm.load_measurements([a, b], seed=0)
+    got = mm.fit_model(one, two, runs)
+    for k, v in vars(TRUE).items():
+        if k != "inner_largest":
+            assert getattr(got, k) == pytest.approx(v, rel=1e-6), k
+    rc, err = _err(capsys, ["--scale-csv", str(a), str(tmp_path / "gone.csv")])
+    assert rc == 2 and len(err) == 1 and "gone.csv" in err[0]
