@@ -30,7 +30,8 @@ Model of one inner iteration on R ranks (the slowest rank sets the pace):
   neighbour messages of one `Ineighbor_alltoallv` overlap; the column
   `s_per_inner_alpha_per_neighbour` charges one latency per neighbour rank instead.
 
-Inner iterations per run: I(W) = a * W^k fitted (log-log) to the full `dec` runs; the time per
+Inner iterations per run: I(W) = a * W^k fitted (log-log) to the full `dec` runs (with one
+measured size: k = 0, its count at every size); the time per
 run is I * t(R) (the build, the association moves and the process start are not in it); a
 second column assumes instead the inner iterations measured at the largest size.
 Memory per rank: RSS = base + m_own * W_rank + m_all * W_total, fitted (non-negative least
@@ -161,7 +162,10 @@ def fit_model(one: pd.DataFrame, two: pd.DataFrame, runs: pd.DataFrame) -> Fit:
     x2 = float(two.exchanges_per_inner.mean())
     p = fit_through_origin(two.cut_edges, two.bytes_per_exchange)
     alpha, beta = fit_nonneg(np.c_[np.ones(len(two)), two.bytes_per_exchange], two.s_per_exchange)
-    a, k = fit_power(runs.W, runs.inner_iterations)
+    if runs.W.nunique() >= 2:
+        a, k = fit_power(runs.W, runs.inner_iterations)
+    else:                       # one measured size: its inner iterations at every size (k = 0)
+        a, k = float(runs.inner_iterations.median()), 0.0
     mem = pd.concat([one[["w_rank", "W", "rss_MB"]], two[["w_rank", "W", "rss_MB"]]])
     base, own, every = fit_nonneg(np.c_[np.ones(len(mem)), mem.w_rank, mem.W], mem.rss_MB)
     largest = float(runs[runs.W == runs.W.max()].inner_iterations.median())

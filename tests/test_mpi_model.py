@@ -227,3 +227,9 @@ def test_several_csvs_are_read_together(tmp_path, capsys):
             assert getattr(got, k) == pytest.approx(v, rel=1e-6), k
     rc, err = _err(capsys, ["--scale-csv", str(a), str(tmp_path / "gone.csv")])
     assert rc == 2 and len(err) == 1 and "gone.csv" in err[0]
+
+
+def test_one_measured_run_size_keeps_its_inner_iterations():
+    one, two, runs = _synthetic(TRUE)
+    got = mm.fit_model(one, two, runs.iloc[[2]])
+    assert got.inner_k == 0.0 and got.inner_a == pytest.approx(runs.inner_iterations.iloc[2])
