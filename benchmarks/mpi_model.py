@@ -327,8 +327,9 @@ def markdown(fit: Fit, pred: pd.DataFrame, res: pd.DataFrame, net: str) -> str:
 
 
 def figure(pred: pd.DataFrame, one, two, runs, fit: Fit, path: Path) -> Path:
-    """Predicted time per run and memory per rank against R; the largest measured size's
-    points at R = 1, 2 marked (measured and modelled)."""
+    """Predicted time per run and memory per rank against R; the measured points (each rank
+    count's largest measured size, its measured inner iterations) and the model's values
+    there marked."""
     plt = common.plt()
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     size = pred["size"].iloc[0]
@@ -336,24 +337,24 @@ def figure(pred: pd.DataFrame, one, two, runs, fit: Fit, path: Path) -> Path:
         ax[0].loglog(g.ranks, g.s_per_run / 3600, "o-", label=f"{size}, predicted, {net}")
     g = pred.groupby("ranks").rss_MB_per_rank.first() / 1024
     ax[1].loglog(g.index, g.values, "o-", label=f"{size}, predicted")
-    W = one.W.max()
-    big_one, big_two = one[one.W == W], two[two.W == W]
-    at = runs[runs.W == W].inner_iterations
-    inner = float(at.median()) if len(at) else fit.inner_a * W ** fit.inner_k
-    meas = [(1, big_one.s_per_inner.median(), fit.c * W, big_one.rss_MB.max(),
-             float(rss_mb(fit, W, W)))]
-    if len(big_two):
-        t2 = float(t_inner(fit, big_two.w_rank.max(), big_two.exchanges_per_inner.max(),
-                           fit.p * big_two.cut_edges.max()))
-        meas.append((2, big_two.s_per_inner.median(), t2, big_two.rss_MB.max(),
-                     float(rss_mb(fit, big_two.w_rank.max(), W))))
-    name = big_one["size"].iloc[0]
-    for k, (r, t_m, t_f, m_m, m_f) in enumerate(meas):
-        lab = (f"{name}: measured", f"{name}: model") if k == 0 else (None, None)
-        ax[0].loglog([r], [t_m * inner / 3600], "kx", ms=9, label=lab[0])
-        ax[0].loglog([r], [t_f * inner / 3600], "k+", ms=11, label=lab[1])
-        ax[1].loglog([r], [m_m / 1024], "kx", ms=9, label=lab[0])
-        ax[1].loglog([r], [m_f / 1024], "k+", ms=11, label=lab[1])
+    for r, rows in ((1, one), (2, two)):       # each rank count's largest measured size
+        if rows.empty:
+            continue
+        W = rows.W.max()
+        big = rows[rows.W == W]
+        at = runs[runs.W == W].inner_iterations
+        inner = float(at.median()) if len(at) else fit.inner_a * W ** fit.inner_k
+        w_max = big.w_rank.max()
+        t_f = fit.c * W if r == 1 else float(t_inner(
+            fit, w_max, big.exchanges_per_inner.max(), fit.p * big.cut_edges.max()))
+        name = big["size"].iloc[0]
+        ax[0].loglog([r], [big.s_per_inner.median() * inner / 3600], "kx", ms=9,
+                     label=f"measured ({name} at R = {r})")
+        ax[0].loglog([r], [t_f * inner / 3600], "k+", ms=11, label=f"model ({name} at R = {r})")
+        ax[1].loglog([r], [big.rss_MB.max() / 1024], "kx", ms=9,
+                     label=f"measured ({name} at R = {r})")
+        ax[1].loglog([r], [float(rss_mb(fit, w_max, W)) / 1024], "k+", ms=11,
+                     label=f"model ({name} at R = {r})")
     ax[0].set(xlabel="ranks R", ylabel="hours (inner iterations only)", title="time per run")
     ax[1].set(xlabel="ranks R", ylabel="GB", title="peak memory per rank")
     ticks = sorted({1, 2, *pred.ranks.tolist()})
