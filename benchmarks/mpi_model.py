@@ -126,6 +126,8 @@ def fit_power(x, y) -> tuple[float, float]:
 
 @dataclass
 class Fit:
+    """The model's parameters (module docstring)."""
+
     c: float            # s per unit of work per inner iteration
     x2: float           # exchanges per inner iteration with 2 ranks (diameter 1)
     p: float            # bytes per exchange per cut edge of the rank
@@ -189,6 +191,40 @@ def read_scale_csvs(paths: list[Path]) -> pd.DataFrame:
     return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
 
 
+def _two_loads(r, seed: int, csv: str) -> pd.DataFrame:
+    """`rank_loads` of the 2-way METIS partition of row r's instance (regenerated)."""
+    from cefl_opt.solvers.dec_comm import graph_adjacency
+    from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
+    inst = _instance(r, seed)
+    work = node_work(inst)
+    if int(work.sum()) != int(r.vars_block):
+        raise InputError(f"{csv}: field 'vars_block': {r.vars_block} at size {r['size']} is "
+                         f"not the regenerated instance's {work.sum()} (preset paper, T = 2)")
+    adj = graph_adjacency(inst.graph(), inst.node_names())
+    return rank_loads(adj, partition_nodes(adj, 2, work), work)[0]
+
+
+def _two_rank_rows(two_rows: pd.DataFrame, seed: int, csv: str) -> pd.DataFrame:
+    """One row per rank of each 2-rank run: its work and cut, exchanges per inner iteration,
+    bytes and seconds per exchange, peak RSS."""
+    parts, rows = {}, []
+    for _, r in two_rows.iterrows():
+        key = (r.N, r.B, r.S, str(r.reach))
+        if key not in parts:
+            parts[key] = _two_loads(r, seed, csv)
+        loads = parts[key]
+        for k in range(2):
+            n = r[f"rank{k}_exchanges"]
+            rows.append({"size": r["size"], "measure": r.measure, "rank": k, "W": r.W,
+                         "w_rank": loads.work[k], "cut_edges": loads.cut_edges[k],
+                         "s_per_inner": r.s_per_inner,
+                         "exchanges_per_inner": n / r.inner_iterations,
+                         "bytes_per_exchange": r[f"rank{k}_exchange_bytes"] / n,
+                         "s_per_exchange": r[f"rank{k}_exchange_s"] / n,
+                         "rss_MB": r[f"rank{k}_peak_rss_MB"]})
+    return pd.DataFrame(rows)
+
+
 def load_measurements(csvs: list[Path], seed: int
                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(1-rank rows, per-rank rows of the 2-rank runs, full runs) from bench_scale's CSVs; the
@@ -213,31 +249,7 @@ def load_measurements(csvs: list[Path], seed: int
     if two_rows.empty or "rank0_exchanges" not in df.columns:
         raise InputError(f"{csv}: field 'ranks': no successful 2-rank rows (rank{{r}}_* "
                          "columns); run bench_scale --ranks 1,2")
-    parts = {}
-    rows = []
-    for _, r in two_rows.iterrows():
-        key = (r.N, r.B, r.S, str(r.reach))
-        if key not in parts:
-            inst = _instance(r, seed)
-            from cefl_opt.solvers.dec_comm import graph_adjacency
-            from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
-            work = node_work(inst)
-            if int(work.sum()) != int(r.vars_block):
-                raise InputError(f"{csv}: size {r.N}/{r.B}/{r.S}: vars_block {r.vars_block} "
-                                 f"is not seed {seed}'s {work.sum()}: pass bench_scale's --seed")
-            adj = graph_adjacency(inst.graph(), inst.node_names())
-            parts[key] = rank_loads(adj, partition_nodes(adj, 2, work), work)[0]
-        loads = parts[key]
-        for k in range(2):
-            n = r[f"rank{k}_exchanges"]
-            rows.append({"size": r["size"], "measure": r.measure, "rank": k, "W": r.W,
-                         "w_rank": loads.work[k], "cut_edges": loads.cut_edges[k],
-                         "s_per_inner": r.s_per_inner,
-                         "exchanges_per_inner": n / r.inner_iterations,
-                         "bytes_per_exchange": r[f"rank{k}_exchange_bytes"] / n,
-                         "s_per_exchange": r[f"rank{k}_exchange_s"] / n,
-                         "rss_MB": r[f"rank{k}_peak_rss_MB"]})
-    two = pd.DataFrame(rows)
+    two = _two_rank_rows(two_rows, seed, csv)
     runs = ok[(ok.measure == "dec") & ok.inner_iterations.notna()]
     if runs.empty:
         raise InputError(f"{csv}: field 'measure': no successful 'dec' (full run) rows")

@@ -233,3 +233,15 @@ def test_one_measured_run_size_keeps_its_inner_iterations():
     one, two, runs = _synthetic(TRUE)
     got = mm.fit_model(one, two, runs.iloc[[2]])
     assert got.inner_k == 0.0 and got.inner_a == pytest.approx(runs.inner_iterations.iloc[2])
+
+
+def test_a_row_of_another_instance_is_exit_2(tmp_path, capsys):
+    """The 2-rank rows are partitioned on the regenerated instance: a CSV whose size does not
+    match it (here vars_block off by one) is refused, naming the field."""
+    csv = _csv(tmp_path, TRUE)
+    df = pd.read_csv(csv)
+    df.loc[df["size"] == "50/15/8", "vars_block"] += 1
+    df.to_csv(csv, index=False)
+    rc, err = _err(capsys, ["--scale-csv", str(csv), "--out", str(tmp_path / "o")])
+    assert rc == 2 and len(err) == 1 and "'vars_block'" in err[0] and "50/15/8" in err[0]
+    assert not (tmp_path / "o").exists()
