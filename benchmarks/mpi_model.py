@@ -457,6 +457,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         args.ranks = _ranks(args.ranks)
+        if args.net and not Path(args.net).is_file():
+            raise InputError(f"--net: no such file: {args.net}")
         for k in ("alpha_us", "gbps"):
             if not getattr(args, k) > 0:
                 raise InputError(f"--{k.replace('_', '-')}: must be > 0, got {getattr(args, k)}")

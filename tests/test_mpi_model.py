@@ -245,3 +245,20 @@ def test_a_row_of_another_instance_is_exit_2(tmp_path, capsys):
     rc, err = _err(capsys, ["--scale-csv", str(csv), "--out", str(tmp_path / "o")])
     assert rc == 2 and len(err) == 1 and "'vars_block'" in err[0] and "50/15/8" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_net_file_is_predicted(tmp_path, capsys):
+    csv = _csv(tmp_path, TRUE)
+    net = tmp_path / "net.json"
+    inst = make_instance("paper", ues=40, bss=12, dcs=6, rounds=2, reach=5, seed=3)
+    inst.save(net)
+    out = tmp_path / "out"
+    assert mm.main(["--scale-csv", str(csv), "--out", str(out), "--net", str(net),
+                    "--ranks", "3"]) == 0
+    pred = pd.read_csv(out / "mpi_model.csv")
+    assert set(pred["size"]) == {"40/12/6"}
+    assert pred.W_max.iloc[0] == mm.partition_summary(inst, 3)["W_max"]
+    capsys.readouterr()
+    rc, err = _err(capsys, ["--scale-csv", str(csv), "--out", str(tmp_path / "o"),
+                            "--net", str(tmp_path / "absent.json")])
+    assert rc == 2 and len(err) == 1 and err[0].startswith("mpi_model: error: --net")
