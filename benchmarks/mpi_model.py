@@ -346,7 +346,10 @@ def figure(pred: pd.DataFrame, one, two, runs, fit: Fit, path: Path) -> Path:
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     size = pred["size"].iloc[0]
     for net, g in pred.groupby("interconnect"):
-        ax[0].loglog(g.ranks, g.s_per_run / 3600, "o-", label=f"{size}, predicted, {net}")
+        line, = ax[0].loglog(g.ranks, g.s_per_run / 3600, "o-",
+                             label=f"{size}, predicted, {net}")
+        ax[0].loglog(g.ranks, g.s_per_run_inner_as_largest / 3600, "o--", color=line.get_color(),
+                     label=f"{size}, {net}, largest measured size's inner its")
     g = pred.groupby("ranks").rss_MB_per_rank.first() / 1024
     ax[1].loglog(g.index, g.values, "o-", label=f"{size}, predicted")
     for r, rows in ((1, one), (2, two)):       # each rank count's largest measured size
