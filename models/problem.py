@@ -479,18 +479,22 @@ def _dc_rows(c: _Build, blk, s: int) -> None:
         xi3[3] * blk.EP[t] + xi3[4] * blk.EA[t] + xi3[5] * blk.ER[t] for t in m.T))
 
 
-def _objective(c: _Build, w: dict[str, float]) -> None:
+def _objective(c: _Build, w: dict[str, float], held: set[str] | None = None) -> None:
     """The objective of P (`eqn: optimization objective text`): xi1 ML term + xi2 delays +
-    xi3 energies, with tau_t = dA_t + dR_t and the bound's aggregates."""
+    xi3 energies, with tau_t = dA_t + dR_t and the bound's aggregates. With `held` (the nodes
+    of `build_problem(rows=)`): the ML and delay terms only, and dc0's step row only when
+    dc0 is held."""
     m, inst, own = c.m, c.inst, c.own
     m.tau = pyo.Expression(m.T, rule=lambda e, t: own.dA[t] + own.dR[t])
     m.gbar = pyo.Expression(expr=inst.I * _weighted_gammas(m, inst))
     vt = _bound_vartheta(m, inst)
     m.vartheta_b = vt if isinstance(vt, float) else pyo.Expression(expr=vt)
-    if c.bound == "corollary":
+    if c.bound == "corollary" and (held is None or "dc0" in held):
         _step_row(m, inst)
     m.ml_term = pyo.Expression(expr=_ml_expression(m, inst, c.bound))
     m.delay_term = pyo.Expression(expr=sum(m.tau[t] for t in m.T))
+    if held is not None:
+        return
     m.energy_term = pyo.Expression(expr=sum(blk.cost for blk in _node_blocks(m)))
     m.obj = pyo.Objective(expr=w["xi1"] * m.ml_term + w["xi2"] * m.delay_term + w["xi3"] * m.energy_term)
 
@@ -498,7 +502,8 @@ def _objective(c: _Build, w: dict[str, float]) -> None:
 def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "corollary",
                   weights: dict[str, float] | None = None,
                   fixed: Sequence[RoundDecision] | Solution | None = None,
-                  copies: bool = True, delay_cap: float | None = None) -> pyo.ConcreteModel:
+                  copies: bool = True, delay_cap: float | None = None,
+                  rows: Iterable[str] | None = None) -> pyo.ConcreteModel:
     """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
 
     binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
@@ -512,8 +517,18 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     form for the centralised solvers.
     delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
     J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
+    rows: the names of the nodes ('ue0', 'bs3', 'dc1', as `node_blocks`) whose terms and
+    coupling rows are built (default: every node), for a process that holds only those
+    nodes (an MPI rank of the decentralised solver). Every node still gets its variables,
+    copies and convex set, and `m.consensus` is complete (the shared variables, the
+    projection groups and the codec need them), and dc0's terms (the ML term reads its data
+    volumes), with the general bound every DPU's (it reads their data volumes); the shared terms
+    (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj` are not: each
+    held node's share is its `blk.cost` (block form only).
     """
     inst = validated(inst)
+    held = _held_nodes(inst, rows, copies)
+    keep = 2 if bound == "general" else 1   # a node not held: convex set (and terms, below)
     w = _checked_weights(inst, binaries, bound, fixed, weights)
     c = _new_model(inst, binaries=binaries, bound=bound, w=w, copies=copies,
                    delay_cap=delay_cap)
@@ -527,23 +542,36 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     _ue_copies(c)
     _bs_copies(c)
     _dc_copies(c)
-    for b in m.B:
-        for rules in (_bs_convex, _bs_volume, _bs_rows):
-            rules(c, m.bs[b], b)
-    for n in m.N:
-        for rules in (_ue_convex, _ue_terms, _ue_rows):
-            rules(c, m.ue[n], n)
-    for s in m.S:
-        for rules in (_dc_convex, _dc_terms, _dc_rows):
-            rules(c, m.dc[s], s)
+    for kind, idx, blocks, rules in (("bs", m.B, m.bs, (_bs_convex, _bs_volume, _bs_rows)),
+                                     ("ue", m.N, m.ue, (_ue_convex, _ue_terms, _ue_rows)),
+                                     ("dc", m.S, m.dc, (_dc_convex, _dc_terms, _dc_rows))):
+        for i in idx:
+            name = f"{kind}{i}"
+            for rule in (rules if held is None or name in held
+                         else rules[:2] if name == "dc0" else rules[:keep]):
+                rule(c, blocks[i], i)
     m.consensus = pyo.Block()   # G(w) = 0
     if copies:
         _consensus(m)
-    _objective(c, w)
+    _objective(c, w, held)
     m._lifts = _lift_candidates(m) if copies else []
     if binaries == "fixed":
         fix_binaries(m, fixed)
     return m
+
+
+def _held_nodes(inst: Instance, rows: Iterable[str] | None, copies: bool) -> set[str] | None:
+    """`build_problem`'s `rows` checked: None for every node, else the set of node names."""
+    if rows is None:
+        return None
+    held = {str(r) for r in rows}
+    names = set(inst.node_names())
+    unknown = sorted(held - names)
+    if unknown:
+        raise ValueError(f"option 'rows': unknown node(s) {unknown[:5]}")
+    if not copies:
+        raise ValueError("option 'rows' needs the block form (copies=True)")
+    return None if held == names else held
 
 
 def _lift_candidates(m) -> list:
@@ -553,9 +581,10 @@ def _lift_candidates(m) -> list:
     the general bound's noise and local sums). Each is a sum of small terms, but a nonlinear
     function of it (sqrt(gbar), gamma m D_s / z) gets a dense Hessian block over all its
     variables from the AMPL Solver Library; with the sum as an internal variable it does not."""
-    out = [m.bs[b].D for b in m.B]
+    out = [m.bs[b].D for b in m.B if hasattr(m.bs[b], "D")]   # absent: not in `rows`
     for s in m.S:
-        out += [m.dc[s].Db, m.dc[s].D]
+        out += [c for c in (getattr(m.dc[s], "Db", None), getattr(m.dc[s], "D", None))
+                if c is not None]
     out += [c for c in (m.gbar, getattr(m.dc[0], "gsum", None), m.vartheta_b,
                         getattr(m, "ml_noise", None), getattr(m, "ml_local", None))
             if isinstance(c, pyo.Expression)]

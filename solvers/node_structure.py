@@ -636,8 +636,10 @@ def _node_shares(m) -> dict[str, Any]:
     """Objective share per node: xi3 * energy of its block; dc[0] (owner of the global
     variables) also hosts the delay and ML terms. (tests: the shares add up to m.obj)."""
     w = m._weights
-    shares = {nm: w["xi3"] * blk.cost for nm, blk in node_blocks(m).items()}
-    shares["dc0"] = shares["dc0"] + w["xi2"] * m.delay_term + w["xi1"] * m.ml_term
+    shares = {nm: w["xi3"] * blk.cost for nm, blk in node_blocks(m).items()
+              if hasattr(blk, "cost")}        # the nodes `build_problem(rows=)` built
+    if "dc0" in shares:
+        shares["dc0"] = shares["dc0"] + w["xi2"] * m.delay_term + w["xi1"] * m.ml_term
     return shares
 
 
@@ -834,10 +836,12 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     local, allgather (a process of a spread run, e.g. one MPI rank): the NLPs of the nodes in
     `local` only; every other node is a `RemoteNode` (its variables, rows and Jacobian
     pattern and values at w^0, from the process holding it by `allgather`: the same scales
-    and row norms as one process)."""
+    and row norms as one process). Such a process builds the terms and rows of its own nodes
+    only (`build_problem(rows=)`)."""
     from cefl_opt import system
     t0 = time.perf_counter()
-    m = build_problem(inst, binaries="relaxed", bound=bound)
+    held = None if local is None else [inst.node_names()[int(d)] for d in local]
+    m = build_problem(inst, binaries="relaxed", bound=bound, rows=held)
     w0 = init if init is not None else system.reference_solution(inst)
     load_solution(m, w0)
     blocks = node_blocks(m)
