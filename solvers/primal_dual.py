@@ -84,6 +84,9 @@ class PDConstants:
     (`solvers/aggregator_moves.py`; 0: off).
     candidates: starts whose finished points are searched and compared by the network's
     minimum of J: 1, the relaxed phase's rounding; 2, also the rounding of the start w^0.
+    agg_screen: the most aggregator trials a visit finishes: with more other DCs, the trials
+    are ranked by a cheap estimate (the epigraphs tightened, no finishing phase) and the best
+    agg_screen of them are finished (`solvers/aggregator_moves.py`).
     refine_rounds: after each candidate's search, rounds of association moves at its finished
     point followed by a new finishing phase, each kept only when the finished J falls (stops
     at the first round that moves nothing or does not lower J; 0: off)."""
@@ -118,6 +121,7 @@ class PDConstants:
     agg_passes: int = 3
     candidates: int = 2
     refine_rounds: int = 3
+    agg_screen: int = 4
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

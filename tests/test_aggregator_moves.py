@@ -132,6 +132,76 @@ def test_search_passes_bound_the_work():
     assert agm.aggregators(st, best.u) == [2, 2]
 
 
+# ---------------------------------------------------------------------- the screen
+def _table_estimate(st, est, calls):
+    def estimate(u):
+        key = tuple(agm.aggregators(st, u))
+        calls.append(key)
+        return _cand(*est[key], u=u) if isinstance(est[key], tuple) else _cand(est[key], u=u)
+    return estimate
+
+
+def test_rank_estimates_puts_feasible_first_by_J_then_infeasible_by_violation():
+    ests = [_cand(3.0), _cand(1.0, viol=0.5), _cand(2.0), _cand(0.5, viol=0.1), _cand(2.0)]
+    assert agm.rank_estimates(ests, TOL) == [2, 4, 0, 3, 1]        # ties keep the DC order
+    assert agm.rank_estimates([_cand(1.0, viol=TOL)], TOL) == [0]  # viol_tol itself: feasible
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
+    """With estimates equal to the finished J, the best trial of each visit is among those
+    finished, so the screened search follows the full search move for move."""
+    T, S = 3, 5
+    st = _fake_structure(T, S)
+    rng = np.random.default_rng(seed)
+    table = {k: float(rng.uniform(1.0, 2.0)) for k in itertools.product(range(S), repeat=T)}
+    inc = _cand(table[(0, 0, 0)], u=_point(st, (0, 0, 0)))
+    full, cnt_f = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=50,
+                                        viol_tol=TOL)
+    calls, est_calls = [], []
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
+                                      viol_tol=TOL, screen=1,
+                                      estimate=_table_estimate(st, table, est_calls))
+    assert agm.aggregators(st, best.u) == agm.aggregators(st, full.u) and best.J == full.J
+    assert cnt["aggregator_visits"] == cnt_f["aggregator_visits"]
+    assert len(calls) == cnt["aggregator_trials"] == cnt["aggregator_visits"]   # 1 per visit
+    assert len(est_calls) == cnt["aggregator_screened"] == cnt["aggregator_visits"] * (S - 1)
+
+
+def test_screen_finishes_only_the_best_estimates():
+    """A misleading estimate: the visit finishes the trials the estimate ranks first, not
+    the trial that would be best finished."""
+    T, S = 1, 5
+    st = _fake_structure(T, S)
+    table = {(0,): 2.0, (1,): 1.0, (2,): 1.5, (3,): 1.8, (4,): 1.9}
+    est = {(1,): 3.0, (2,): 1.2, (3,): (0.1, 1.0), (4,): 1.1}   # (3,) infeasible estimate
+    calls, est_calls = [], []
+    inc = _cand(2.0, u=_point(st, (0,)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=1,
+                                      viol_tol=TOL, screen=2,
+                                      estimate=_table_estimate(st, est, est_calls))
+    assert calls == [(4,), (2,)] and est_calls == [(1,), (2,), (3,), (4,)]
+    assert agm.aggregators(st, best.u) == [2] and best.J == 1.5
+    assert cnt == {"aggregator_trials": 2, "aggregator_moves": 1, "aggregator_visits": 1,
+                   "aggregator_screened": 4}
+
+
+@pytest.mark.parametrize("screen, estimated", [(3, True), (4, False), (9, False)])
+def test_screen_estimates_only_when_a_visit_has_more_trials(screen, estimated):
+    """S = 5: four trials per visit; a screen of 4 or more finishes them all, unestimated."""
+    T, S = 2, 5
+    st = _fake_structure(T, S)
+    table = {k: 2.0 - 0.1 * k[0] for k in itertools.product(range(S), repeat=T)}
+    calls, est_calls = [], []
+    inc = _cand(2.0, u=_point(st, (0, 0)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=1,
+                                      viol_tol=TOL, screen=screen,
+                                      estimate=_table_estimate(st, table, est_calls))
+    assert bool(est_calls) == estimated == (cnt["aggregator_screened"] > 0)
+    assert len(calls) == cnt["aggregator_visits"] * min(screen, S - 1)
+    assert agm.aggregators(st, best.u)[0] == 4
+
+
 # ---------------------------------------------------------------------- the whole method
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiny_equals_the_enumerated_optimum(seed):
@@ -173,9 +243,55 @@ def test_search_never_raises_J(tiny_pair):
     assert i1["candidate_chosen"] in ("relaxed", "start")
 
 
+@pytest.fixture(scope="module")
+def tiny_screened():
+    """Four DCs (three trials per visit), a screen of 1; every estimate recorded with P's
+    objective and feasibility at the estimated point (`system.evaluate`)."""
+    from cefl_opt.models import clip_to_bounds
+    from cefl_opt.solvers import decentralized as dz
+    inst = make_instance("tiny", seed=3, rounds=2, dcs=4)
+    seen, orig = [], dz._estimate_point
+
+    def spy(run, u, views, start):
+        c = orig(run, u, views, start)
+        ev = system.evaluate(inst, clip_to_bounds(run.st.to_solution(c.u, method="x",
+                                                                      status="x"), inst,
+                                                  "corollary"))
+        seen.append((c, ev))
+        return c
+    mp = pytest.MonkeyPatch()
+    mp.setattr(dz, "_estimate_point", spy)
+    try:
+        out = solve_decentralized(inst, constants={"agg_screen": 1})
+    finally:
+        mp.undo()
+    return inst, out, seen
+
+
+def test_screen_estimate_is_P_at_the_estimated_point(tiny_screened):
+    """The estimate (aggregator set, epigraphs tightened, J by the spanning-tree sum) is P's
+    objective at that point, which is feasible."""
+    _inst, _out, seen = tiny_screened
+    assert len(seen) > 0
+    for c, ev in seen:
+        assert ev.feasible and c.viol <= TOL
+        assert c.J == pytest.approx(ev.objective, rel=1e-9)
+
+
+def test_screened_search_runs_by_messages_and_finishes_one_trial_per_visit(tiny_screened):
+    inst, (sol, info), seen = tiny_screened
+    assert info["aggregator_visits"] > 0
+    assert info["aggregator_trials"] == info["aggregator_visits"]          # screen = 1
+    assert info["aggregator_screened"] == 3 * info["aggregator_visits"] == len(seen)
+    assert info["central_steps"] == [] and info["messages"]["neighbours_only"]
+    assert system.evaluate(inst, sol).feasible
+    assert sol.objective <= info["objective_first"] * (1 + 1e-9)
+
+
 @pytest.mark.parametrize("name, value", [("candidates", 0), ("candidates", 3),
                                          ("agg_passes", -1), ("refine_rounds", -1),
-                                         ("refine_rounds", 1.5)])
+                                         ("refine_rounds", 1.5), ("agg_screen", 0),
+                                         ("agg_screen", 1.5), ("agg_screen", True)])
 def test_bad_search_constants_are_refused(name, value):
     inst = make_instance("tiny", seed=0)
     with pytest.raises(ValueError, match=name):
@@ -185,8 +301,10 @@ def test_bad_search_constants_are_refused(name, value):
 @pytest.mark.parametrize("name, value, ok", [("candidates", 0, False), ("candidates", 3, False),
                                              ("agg_passes", -1, False),
                                              ("refine_rounds", -1, False),
+                                             ("agg_screen", 0, False),
                                              ("candidates", 1, True), ("agg_passes", 0, True),
-                                             ("refine_rounds", 0, True)])
+                                             ("refine_rounds", 0, True),
+                                             ("agg_screen", 1, True)])
 def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
     inst = make_instance("tiny", seed=0, rounds=1)
     path = tmp_path / "inst.json"
