@@ -37,6 +37,13 @@ indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce 
 each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
 the spanning tree, the largest violation max-reduced), and the best is taken when it is
 feasible and lowers J, one UE at a time.
+
+*Group moves* (`exact_group_moves`, at a finished point): a max over the UEs a BS serves (its
+delta^B, and through it a round's dR) falls only when every one of them leaves, so a move of
+one UE never sees that gain, whatever its pricing. Per round and direction, the UEs a BS serves
+(at least two; the BS hosts their rows) are moved together to each other BS they all link to,
+each such trial evaluated exactly as above, and the best is taken when it is feasible and lowers
+J, one group at a time.
 """
 from __future__ import annotations
 
@@ -431,3 +438,64 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         if not moved:
             break
     return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}
+
+
+def _bs_groups(st: DecStructure, u: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+    """Every BS's group per round and direction: the UEs whose uplink (Inb) or downlink (Ibn)
+    indicator at that BS is 1, when there are at least two of them, as (their indicators at
+    the BS, their indicator rows (UE x BS, -1 where absent), the BSs every one of them links
+    to, the BS itself excepted)."""
+    x = u * st.scale
+    out = []
+    for key in ("Ibn", "Inb"):
+        ix = st.idx[key]
+        for t in range(ix.shape[0]):
+            on = np.where(ix[t] >= 0, x[np.maximum(ix[t], 0)], 0.0) > 0.5
+            for j in range(ix.shape[-1]):
+                ues = np.flatnonzero(on[:, j])
+                if len(ues) < 2:
+                    continue
+                rows = ix[t][ues]
+                tgt = [b for b in range(ix.shape[-1]) if b != j and np.all(rows[:, b] >= 0)]
+                out.append((rows[:, j], rows, tgt))
+    return out
+
+
+def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
+                      linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                      global_max: Callable[[np.ndarray], float], viol_tol: float,
+                      passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Moves of a BS's whole group (module docstring, *Group moves*): per round and
+    direction, every UE the BS serves moves to one other BS together. A max term over the
+    group (the BS's delta^B, a round's dR) falls only when every one of them leaves, so no
+    single trial sees the gain. Each target BS is tried exactly (the moved point, its
+    epigraphs tightened, J summed over the spanning tree, the largest violation of the
+    non-forcing rows max-reduced); the best is taken when it is feasible and lowers J, one
+    group at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
+    lin = linearise(u)
+    u = tighten_epigraphs(st, u, lin, free, views)
+    lin = linearise(u)
+    f0, moves, tried = lin.f, 0, 0
+    for _ in range(passes):
+        moved = False
+        for here, rows, targets in _bs_groups(st, u):
+            if np.any(u[here] * st.scale[here] < 0.5):   # an earlier move of this sweep
+                continue
+            best = None
+            for b in targets:
+                tried += 1
+                ut = u.copy()
+                ut[here] = 0.0
+                ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
+                fix_indicators_at(st, ut)
+                ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
+                lt = linearise(ut)
+                viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+                if viol <= viol_tol and (best is None or lt.f < best[1].f):
+                    best = (ut, lt)
+            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+                u, lin, moves, moved = best[0], best[1], moves + 1, True
+            fix_indicators_at(st, u)
+        if not moved:
+            break
+    return u, {"group_moves": moves, "group_trials": tried, "group_gain": f0 - lin.f}

@@ -63,8 +63,8 @@ from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
 from .aggregator_moves import Candidate, aggregator_search, best_of, better
-from .assoc_moves import (MoveViews, association_moves, central_views, exact_top_moves,
-                          fix_indicators_at, tighten_epigraphs)
+from .assoc_moves import (MoveViews, association_moves, central_views, exact_group_moves,
+                          exact_top_moves, fix_indicators_at, tighten_epigraphs)
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -530,15 +530,20 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     lin_fn = run.evaluator.linearise if run.dec else st.linearise
     gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
-    cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0}
+    cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
+           "group_trials": 0}
     for _ in range(k.refine_rounds):
         fix_indicators_at(st, inc.u)
         u_moved, moved = association_moves(st, inc.u, free, linearise=lin_fn, views=views,
                                            passes=passes)
         u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
                                          global_max=gmax, viol_tol=k.viol_tol, passes=passes)
+        u_moved, group = exact_group_moves(st, u_moved, free, linearise=lin_fn, views=views,
+                                           global_max=gmax, viol_tol=k.viol_tol, passes=passes)
         cnt["refine_rounds"] += 1
-        n_moved = moved["association_moves"] + exact["exact_moves"]
+        cnt["group_moves"] += group["group_moves"]
+        cnt["group_trials"] += group["group_trials"]
+        n_moved = moved["association_moves"] + exact["exact_moves"] + group["group_moves"]
         if n_moved == 0:
             break
         cnt["refine_moves"] += n_moved
@@ -574,7 +579,7 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
         starts.append(_finish_point(run, u_start, views, "start"))
     found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
                          "aggregator_screened": 0, "refine_rounds": 0, "refine_moves": 0,
-                         "refine_accepted": 0}
+                         "refine_accepted": 0, "group_moves": 0, "group_trials": 0}
     for c in starts:
         best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
                                       passes=k.agg_passes, viol_tol=k.viol_tol,
