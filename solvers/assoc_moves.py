@@ -38,12 +38,13 @@ each of their trials is evaluated exactly (the moved point's epigraphs tightened
 the spanning tree, the largest violation max-reduced), and the best is taken when it is
 feasible and lowers J, one UE at a time.
 
-*Group moves* (`exact_group_moves`, at a finished point): a max over the UEs a BS serves (its
-delta^B, and through it a round's dR) falls only when every one of them leaves, so a move of
-one UE never sees that gain, whatever its pricing. Per round and direction, the UEs a BS serves
-(at least two; the BS hosts their rows) are moved together to each other BS they all link to,
-each such trial evaluated exactly as above, and the best is taken when it is feasible and lowers
-J, one group at a time.
+*Group moves* (`exact_group_moves`, at a finished point): a BS's downlink delay delta^B_b is
+the max over the UEs it serves (and enters a round's dR), so it falls only when every one of
+them leaves: a move of one UE never sees that gain, whatever its pricing. Per round, the UEs a
+BS serves on the downlink (at least two; the BS hosts their rows) are moved together to each
+other BS they all link to, each such trial evaluated exactly as above, and the best is taken
+when it is feasible and lowers J, one group at a time. (The uplink has no such max per BS: a
+UE's uplink enters its own rows only.)
 """
 from __future__ import annotations
 
@@ -441,13 +442,13 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
 
 
 def _bs_groups(st: DecStructure, u: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
-    """Every BS's group per round and direction: the UEs whose uplink (Inb) or downlink (Ibn)
-    indicator at that BS is 1, when there are at least two of them, as (their indicators at
-    the BS, their indicator rows (UE x BS, -1 where absent), the BSs every one of them links
-    to, the BS itself excepted)."""
+    """Every BS's downlink group per round: the UEs whose downlink indicator (Ibn) at that BS
+    is 1, when there are at least two of them, as (their indicators at the BS, their indicator
+    rows (UE x BS, -1 where absent), the BSs every one of them links to, the BS itself
+    excepted)."""
     x = u * st.scale
     out = []
-    for key in ("Ibn", "Inb"):
+    for key in ("Ibn",):
         ix = st.idx[key]
         for t in range(ix.shape[0]):
             on = np.where(ix[t] >= 0, x[np.maximum(ix[t], 0)], 0.0) > 0.5
@@ -465,10 +466,9 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                       linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
                       global_max: Callable[[np.ndarray], float], viol_tol: float,
                       passes: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """Moves of a BS's whole group (module docstring, *Group moves*): per round and
-    direction, every UE the BS serves moves to one other BS together. A max term over the
-    group (the BS's delta^B, a round's dR) falls only when every one of them leaves, so no
-    single trial sees the gain. Each target BS is tried exactly (the moved point, its
+    """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
+    every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
+    them) falls only when every one of them leaves, so no single trial sees the gain. Each target BS is tried exactly (the moved point, its
     epigraphs tightened, J summed over the spanning tree, the largest violation of the
     non-forcing rows max-reduced); the best is taken when it is feasible and lowers J, one
     group at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""

@@ -539,7 +539,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
         u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
                                          global_max=gmax, viol_tol=k.viol_tol, passes=passes)
         u_moved, group = exact_group_moves(st, u_moved, free, linearise=lin_fn, views=views,
-                                           global_max=gmax, viol_tol=k.viol_tol, passes=passes)
+                                           global_max=gmax, viol_tol=k.viol_tol, passes=1)
         cnt["refine_rounds"] += 1
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
