@@ -323,10 +323,10 @@ def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
 
 
 # ------------------------------------------------------------ refinement at finished points
-def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
+def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None):
     """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
     after a move gives J = Js[k]; the priced moves at the k-th point move moves[k] UEs, the
-    exact trials exact[k] (0 if not given)."""
+    exact trials exact[k] and the group moves group[k] groups (0 if not given)."""
     from cefl_opt.solvers import decentralized as dz
     calls = {"moves": 0, "finish": 0}
 
@@ -342,6 +342,9 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
     monkeypatch.setattr(dz, "association_moves", fake_moves)
     monkeypatch.setattr(dz, "exact_top_moves", lambda st, u, free, **kw:
                         (u, {"exact_moves": (exact or [0] * 9)[calls["moves"] - 1]}))
+    monkeypatch.setattr(dz, "exact_group_moves", lambda st, u, free, **kw:
+                        (u, {"group_moves": (group or [0] * 9)[calls["moves"] - 1],
+                             "group_trials": 3}))
     monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
     monkeypatch.setattr(dz, "_finishing_phase", fake_finish)
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
@@ -355,7 +358,8 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
 def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
-    assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2}
+    assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
+                   "group_moves": 0, "group_trials": 9}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
 
@@ -364,7 +368,8 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     assert best.J == 2.0 and best.u[0] == 0.0 and cnt["refine_accepted"] == 0
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
-    assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0}
+    assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
+                   "group_moves": 0, "group_trials": 3}
 
 
 def test_refine_rounds_bound_the_work(monkeypatch):
@@ -375,4 +380,12 @@ def test_refine_rounds_bound_the_work(monkeypatch):
 def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
-    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1}
+    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
+                   "group_moves": 0, "group_trials": 6}
+
+
+def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
+    assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
+    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
+                   "group_moves": 3, "group_trials": 6}
