@@ -4,6 +4,7 @@ Truth: a table of finished objectives per aggregator choice (the search must end
 single-round move improves, accepting only falls of J), brute force over every binary choice
 (`centralized.exhaustive`) on tiny instances, and the message accounting."""
 import itertools
+from pathlib import Path
 import subprocess
 import sys
 import warnings
@@ -389,3 +390,33 @@ def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
                    "group_moves": 3, "group_trials": 6}
+
+
+# ------------------------------------------------------------ the screen and groups over MPI
+_BIN = Path(sys.executable).parent
+
+
+@pytest.mark.skipif(not (_BIN / "mpiexec").exists(), reason="mpiexec not in the venv")
+def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
+    """Four DCs, a screen of 1 (the estimates' collectives) and the group moves of `_refine`
+    (3 outer iterations per phase), over 2 processes and over 1: the same decisions and the same objective, bit for bit."""
+    import json
+    import os
+    inst = make_instance("small", seed=3, rounds=2, dcs=4)
+    net = tmp_path / "small.json"
+    inst.save(net)
+    _sol, local = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
+    assert local["aggregator_screened"] > 0 and local["group_trials"] > 0
+    out = tmp_path / "sol.json"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+    p = subprocess.run([str(_BIN / "mpiexec"), "-n", "2", str(_BIN / "cefl-opt"), "solve",
+                        str(net), "--method", "decentralized", "--out", str(out), "--backend",
+                        "mpi", "--set", "agg_screen=1", "--max-outer", "3"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(out.read_text())
+    assert got["objective"] == local["objective"]
+    for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
+                "aggregators_final"):
+        assert got["info"][key] == local[key], key
