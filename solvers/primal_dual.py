@@ -121,7 +121,7 @@ class PDConstants:
     agg_passes: int = 3
     candidates: int = 2
     refine_rounds: int = 3
-    agg_screen: int = 2
+    agg_screen: int = 3
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
