@@ -70,7 +70,8 @@ class MoveViews:
     var_sum(per_var) -> float: the sum over all primaries (spanning tree, every process);
     sync(u) -> u: every process's copies of the shared variables set from their primaries;
     local_rows: (K,) bool, the rows this process hosts; local_vars: (n,) bool, the shared
-    variables this process is the primary of."""
+    variables this process is the primary of; node_sum((V, k)) -> (k,): the column sums of
+    rows that each process fills for its own nodes (spanning tree, every process gets them)."""
     at_nonzeros: Callable[[np.ndarray], np.ndarray]
     sum_to_vars: Callable[[np.ndarray], np.ndarray]
     max_to_vars: Callable[[np.ndarray], np.ndarray]
@@ -78,6 +79,7 @@ class MoveViews:
     sync: Callable[[np.ndarray], np.ndarray]
     local_rows: np.ndarray
     local_vars: np.ndarray
+    node_sum: Callable[[np.ndarray], np.ndarray] = lambda a: np.asarray(a, float).sum(axis=0)
 
 
 def central_views(st: DecStructure) -> MoveViews:
@@ -441,24 +443,37 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}
 
 
-def _bs_groups(st: DecStructure, u: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
-    """Every BS's downlink group per round: the UEs whose downlink indicator (Ibn) at that BS
-    is 1, when there are at least two of them, as (their indicators at the BS, their indicator
-    rows (UE x BS, -1 where absent), the BSs every one of them links to, the BS itself
-    excepted)."""
-    x = u * st.scale
+def _downlinks(st: DecStructure, u: np.ndarray, views: MoveViews) -> np.ndarray:
+    """(T, N) downlink BS of every UE in every round, the same on every process: each UE
+    writes its own (the primary of its I_bn row, the largest entry) in its node's row, and the
+    rows are summed over the spanning tree (`views.node_sum`)."""
+    ix = st.idx["Ibn"]
+    T, N, B = ix.shape
+    x = np.where(ix >= 0, (u * st.scale)[np.maximum(ix, 0)], -np.inf)
+    own = np.zeros((st.n_nodes, T * N))
+    for t in range(T):
+        for n in range(N):
+            prim = ix[t, n][ix[t, n] >= 0]
+            if views.local_vars[prim[0]]:
+                own[st.primary[prim[0]], t * N + n] = 1.0 + float(np.argmax(x[t, n]))
+    return np.rint(views.node_sum(own)).astype(np.int64).reshape(T, N) - 1
+
+
+def _bs_groups(st: DecStructure, down: np.ndarray
+               ) -> list[tuple[int, int, np.ndarray, np.ndarray, list[int]]]:
+    """Every BS's downlink group per round, from the downlinks `down` (T, N): the UEs it
+    serves, when there are at least two, as (round, BS, the UEs, their indicator rows (UE x
+    BS, -1 where absent), the BSs every one of them links to, the BS itself excepted)."""
+    ix = st.idx["Ibn"]
     out = []
-    for key in ("Ibn",):
-        ix = st.idx[key]
-        for t in range(ix.shape[0]):
-            on = np.where(ix[t] >= 0, x[np.maximum(ix[t], 0)], 0.0) > 0.5
-            for j in range(ix.shape[-1]):
-                ues = np.flatnonzero(on[:, j])
-                if len(ues) < 2:
-                    continue
-                rows = ix[t][ues]
-                tgt = [b for b in range(ix.shape[-1]) if b != j and np.all(rows[:, b] >= 0)]
-                out.append((rows[:, j], rows, tgt))
+    for t in range(ix.shape[0]):
+        for j in range(ix.shape[-1]):
+            ues = np.flatnonzero(down[t] == j)
+            if len(ues) < 2:
+                continue
+            rows = ix[t][ues]
+            tgt = [b for b in range(ix.shape[-1]) if b != j and np.all(rows[:, b] >= 0)]
+            out.append((t, j, ues, rows, tgt))
     return out
 
 
@@ -478,23 +493,25 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):
         moved = False
-        for here, rows, targets in _bs_groups(st, u):
-            if np.any(u[here] * st.scale[here] < 0.5):   # an earlier move of this sweep
+        down = _downlinks(st, u, views)
+        for t, j, ues, rows, targets in _bs_groups(st, down):
+            if np.any(down[t, ues] != j):   # an earlier move of this sweep
                 continue
             best = None
             for b in targets:
                 tried += 1
                 ut = u.copy()
-                ut[here] = 0.0
+                ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
                 fix_indicators_at(st, ut)
                 ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
                 lt = linearise(ut)
                 viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
                 if viol <= viol_tol and (best is None or lt.f < best[1].f):
-                    best = (ut, lt)
+                    best = ((ut, b), lt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
-                u, lin, moves, moved = best[0], best[1], moves + 1, True
+                u, lin, moves, moved = best[0][0], best[1], moves + 1, True
+                down[t, ues] = best[0][1]
             fix_indicators_at(st, u)
         if not moved:
             break

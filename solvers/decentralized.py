@@ -147,7 +147,8 @@ class DistributedEvaluator:
                              inner.jent, weights=z, minlength=E)),
                          max_to_vars=lambda z: self.var_max(z, -np.inf),
                          var_sum=lambda v: inner._global_sum(np.zeros(0), v), sync=sync,
-                         local_rows=local[st.row_host], local_vars=local[st.primary])
+                         local_rows=local[st.row_host], local_vars=local[st.primary],
+                         node_sum=inner._global_sum_nodes)
 
     def var_max(self, per_nz: np.ndarray, floor: float) -> np.ndarray:
         """Per shared variable, at its primary: the max of per-nonzero values over its rows'

@@ -255,3 +255,31 @@ def test_group_moves_lower_P_and_end_where_no_group_move_does(preset, seed, T):
     _u, none = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
                                     global_max=_gmax, viol_tol=1e-6, passes=0)
     assert none["group_moves"] == 0 and none["group_trials"] == 0
+
+
+def test_downlinks_are_every_ues_downlink_bs_from_its_own_row_only():
+    """Truth: the solution's `downlink_bs`. Each UE's row is written by the process holding
+    the UE only: with views that see only the UEs' own primaries and sum the node rows, the
+    whole (T, N) table comes back (the values of the other processes' variables never read)."""
+    inst, st, u, _free, views = _setup("small", 3, 2, scramble=True)
+    sol = _solution(inst, st, u)
+    want = np.array([r.downlink_bs for r in sol.rounds])
+    assert np.array_equal(am._downlinks(st, u, views), want)
+    half = np.zeros(st.n_nodes, dtype=bool)
+    half[: st.n_nodes // 2] = True
+    seen = []
+
+    def node_sum(rows):
+        seen.append(rows.copy())
+        return rows.sum(axis=0)
+    from dataclasses import replace
+    for part in (half, ~half):
+        v = replace(views, local_vars=part[st.primary], node_sum=node_sum)
+        garbled = np.where(part[st.primary], u, 7.0)      # other processes' values unknown
+        got = am._downlinks(st, garbled, v)
+        rows = seen[-1]
+        assert not rows[~part].any()                      # only its own nodes' rows
+        mine = np.flatnonzero(rows.any(axis=0))
+        assert np.array_equal(got.ravel()[mine], want.ravel()[mine])
+    # the two processes' rows together: every UE's downlink, written once
+    assert np.array_equal((seen[-2] + seen[-1]).sum(axis=0), want.ravel() + 1.0)
