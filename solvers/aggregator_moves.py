@@ -15,7 +15,12 @@ every round's aggregator is revisited, and more than one start is finished and c
   incumbent (`better`: feasible before infeasible, then a lower J by more than a relative
   1e-9), so P falls with every accepted move.
 * A visit of round t tries every other DC and keeps the best finished trial if it beats the
-  incumbent; the rounds are visited cyclically until T visits in a row accepted nothing (a
+  incumbent; with more than `agg_screen` other DCs, every trial is first *estimated* (the
+  aggregator set, the indicators fixed, the epigraphs tightened on the incumbent's continuous
+  variables, J summed over the spanning tree and the violation max-reduced: no finishing
+  phase) and only the `agg_screen` best estimates are finished, so a visit costs at most
+  `agg_screen` finishing phases whatever the number of DCs; the rounds are visited
+  cyclically until T visits in a row accepted nothing (a
   coordinate minimum: no single-round move improves), at most `agg_passes` x T visits.
 * With `candidates` >= 2 the rounding of the start w^0 (each owner rounds its own start
   indicators: no relaxed phase) is searched the same way; the network keeps the candidate of
@@ -83,31 +88,59 @@ def best_of(cands: list[Candidate], viol_tol: float) -> Candidate:
     return best
 
 
+def rank_estimates(ests: list[Candidate], viol_tol: float) -> list[int]:
+    """The order in which a visit finishes its trials, from their estimates: feasible ones
+    (violation <= viol_tol) by J, then the infeasible ones by violation; ties keep the DC
+    order (every node sorts the same broadcast values, so every node takes the same order)."""
+    def key(i: int) -> tuple[int, float]:
+        e = ests[i]
+        return (0, e.J) if e.viol <= viol_tol else (1, e.viol)
+    return sorted(range(len(ests)), key=key)
+
+
+def _visit_trials(inc: Candidate, t: int, st: DecStructure, screen: int | None,
+                  estimate: Callable[[np.ndarray], Candidate] | None, viol_tol: float
+                  ) -> tuple[list[np.ndarray], int]:
+    """The trial points a visit of round t finishes: every other DC, or, when there are more
+    than `screen` of them and an `estimate` is given, the `screen` best by their estimates
+    (`rank_estimates`). Returns (points, number of estimates)."""
+    S = st.idx["Is"].shape[1]
+    cur = aggregators(st, inc.u)[t]
+    pts = [set_aggregator(st, inc.u, t, s) for s in range(S) if s != cur]
+    if estimate is None or screen is None or len(pts) <= screen:
+        return pts, 0
+    order = rank_estimates([estimate(p) for p in pts], viol_tol)
+    return [pts[i] for i in order[:screen]], len(pts)
+
+
 def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
-                      st: DecStructure, *, passes: int, viol_tol: float
+                      st: DecStructure, *, passes: int, viol_tol: float,
+                      screen: int | None = None,
+                      estimate: Callable[[np.ndarray], Candidate] | None = None
                       ) -> tuple[Candidate, dict[str, int]]:
     """Coordinate descent over the rounds from the finished incumbent `inc` (module
     docstring): the rounds are visited cyclically; a visit of round t finishes every other DC
-    s' (`finish(u)`, indicators fixed at u's) and keeps the best if it beats the incumbent.
+    s' (`finish(u)`, indicators fixed at u's), or only the `screen` best by `estimate` when
+    there are more (the screen), and keeps the best if it beats the incumbent.
     It stops once T visits in a row accepted nothing (no single-round move then improves) or
     after `passes` x T visits. Returns the best candidate and counts {"aggregator_trials",
-    "aggregator_moves", "aggregator_visits"}."""
+    "aggregator_moves", "aggregator_visits", "aggregator_screened"}."""
     T, S = st.idx["Is"].shape
-    trials = moves = visits = quiet = 0
+    trials = moves = visits = quiet = screened = 0
     t = 0
     while S > 1 and visits < passes * T and quiet < T:
-        cur = aggregators(st, inc.u)[t]
+        pts, n_est = _visit_trials(inc, t, st, screen, estimate, viol_tol)
+        screened += n_est
         best_t = None
-        for s in range(S):
-            if s != cur:
-                trials += 1
-                cand = finish(set_aggregator(st, inc.u, t, s))
-                if best_t is None or better(cand, best_t, viol_tol):
-                    best_t = cand
+        for p in pts:
+            trials += 1
+            cand = finish(p)
+            if best_t is None or better(cand, best_t, viol_tol):
+                best_t = cand
         if best_t is not None and better(best_t, inc, viol_tol):
             inc, moves, quiet = best_t, moves + 1, 1     # round t is at its best now
         else:
             quiet += 1
         t, visits = (t + 1) % T, visits + 1
     return inc, {"aggregator_trials": trials, "aggregator_moves": moves,
-                 "aggregator_visits": visits}
+                 "aggregator_visits": visits, "aggregator_screened": screened}

@@ -37,6 +37,14 @@ indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce 
 each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
 the spanning tree, the largest violation max-reduced), and the best is taken when it is
 feasible and lowers J, one UE at a time.
+
+*Group moves* (`exact_group_moves`, at a finished point): a BS's downlink delay delta^B_b is
+the max over the UEs it serves (and enters a round's dR), so it falls only when every one of
+them leaves: a move of one UE never sees that gain, whatever its pricing. Per round, the UEs a
+BS serves on the downlink (at least two; the BS hosts their rows) are moved together to each
+other BS they all link to, each such trial evaluated exactly as above, and the best is taken
+when it is feasible and lowers J, one group at a time. (The uplink has no such max per BS: a
+UE's uplink enters its own rows only.)
 """
 from __future__ import annotations
 
@@ -62,7 +70,8 @@ class MoveViews:
     var_sum(per_var) -> float: the sum over all primaries (spanning tree, every process);
     sync(u) -> u: every process's copies of the shared variables set from their primaries;
     local_rows: (K,) bool, the rows this process hosts; local_vars: (n,) bool, the shared
-    variables this process is the primary of."""
+    variables this process is the primary of; node_sum((V, k)) -> (k,): the column sums of
+    rows that each process fills for its own nodes (spanning tree, every process gets them)."""
     at_nonzeros: Callable[[np.ndarray], np.ndarray]
     sum_to_vars: Callable[[np.ndarray], np.ndarray]
     max_to_vars: Callable[[np.ndarray], np.ndarray]
@@ -70,6 +79,7 @@ class MoveViews:
     sync: Callable[[np.ndarray], np.ndarray]
     local_rows: np.ndarray
     local_vars: np.ndarray
+    node_sum: Callable[[np.ndarray], np.ndarray] = lambda a: np.asarray(a, float).sum(axis=0)
 
 
 def central_views(st: DecStructure) -> MoveViews:
@@ -431,3 +441,78 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         if not moved:
             break
     return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}
+
+
+def _downlinks(st: DecStructure, u: np.ndarray, views: MoveViews) -> np.ndarray:
+    """(T, N) downlink BS of every UE in every round, the same on every process: each UE
+    writes its own (the primary of its I_bn row, the largest entry) in its node's row, and the
+    rows are summed over the spanning tree (`views.node_sum`)."""
+    ix = st.idx["Ibn"]
+    T, N, B = ix.shape
+    x = np.where(ix >= 0, (u * st.scale)[np.maximum(ix, 0)], -np.inf)
+    own = np.zeros((st.n_nodes, T * N))
+    for t in range(T):
+        for n in range(N):
+            prim = ix[t, n][ix[t, n] >= 0]
+            if views.local_vars[prim[0]]:
+                own[st.primary[prim[0]], t * N + n] = 1.0 + float(np.argmax(x[t, n]))
+    return np.rint(views.node_sum(own)).astype(np.int64).reshape(T, N) - 1
+
+
+def _bs_groups(st: DecStructure, down: np.ndarray
+               ) -> list[tuple[int, int, np.ndarray, np.ndarray, list[int]]]:
+    """Every BS's downlink group per round, from the downlinks `down` (T, N): the UEs it
+    serves, when there are at least two, as (round, BS, the UEs, their indicator rows (UE x
+    BS, -1 where absent), the BSs every one of them links to, the BS itself excepted)."""
+    ix = st.idx["Ibn"]
+    out = []
+    for t in range(ix.shape[0]):
+        for j in range(ix.shape[-1]):
+            ues = np.flatnonzero(down[t] == j)
+            if len(ues) < 2:
+                continue
+            rows = ix[t][ues]
+            tgt = [b for b in range(ix.shape[-1]) if b != j and np.all(rows[:, b] >= 0)]
+            out.append((t, j, ues, rows, tgt))
+    return out
+
+
+def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
+                      linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                      global_max: Callable[[np.ndarray], float], viol_tol: float,
+                      passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
+    every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
+    them) falls only when every one of them leaves, so no single trial sees the gain. Each target BS is tried exactly (the moved point, its
+    epigraphs tightened, J summed over the spanning tree, the largest violation of the
+    non-forcing rows max-reduced); the best is taken when it is feasible and lowers J, one
+    group at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
+    lin = linearise(u)
+    u = tighten_epigraphs(st, u, lin, free, views)
+    lin = linearise(u)
+    f0, moves, tried = lin.f, 0, 0
+    for _ in range(passes):
+        moved = False
+        down = _downlinks(st, u, views)
+        for t, j, ues, rows, targets in _bs_groups(st, down):
+            if np.any(down[t, ues] != j):   # an earlier move of this sweep
+                continue
+            best = None
+            for b in targets:
+                tried += 1
+                ut = u.copy()
+                ut[rows[:, j]] = 0.0
+                ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
+                fix_indicators_at(st, ut)
+                ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
+                lt = linearise(ut)
+                viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+                if viol <= viol_tol and (best is None or lt.f < best[1].f):
+                    best = ((ut, b), lt)
+            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+                u, lin, moves, moved = best[0][0], best[1], moves + 1, True
+                down[t, ues] = best[0][1]
+            fix_indicators_at(st, u)
+        if not moved:
+            break
+    return u, {"group_moves": moves, "group_trials": tried, "group_gain": f0 - lin.f}

@@ -63,8 +63,8 @@ from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
 from .aggregator_moves import Candidate, aggregator_search, best_of, better
-from .assoc_moves import (MoveViews, association_moves, central_views, exact_top_moves,
-                          fix_indicators_at)
+from .assoc_moves import (MoveViews, association_moves, central_views, exact_group_moves,
+                          exact_top_moves, fix_indicators_at, tighten_epigraphs)
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -147,7 +147,8 @@ class DistributedEvaluator:
                              inner.jent, weights=z, minlength=E)),
                          max_to_vars=lambda z: self.var_max(z, -np.inf),
                          var_sum=lambda v: inner._global_sum(np.zeros(0), v), sync=sync,
-                         local_rows=local[st.row_host], local_vars=local[st.primary])
+                         local_rows=local[st.row_host], local_vars=local[st.primary],
+                         node_sum=inner._global_sum_nodes)
 
     def var_max(self, per_nz: np.ndarray, floor: float) -> np.ndarray:
         """Per shared variable, at its primary: the max of per-nonzero values over its rows'
@@ -324,13 +325,15 @@ def _check_arguments(method: str, init: str, max_outer: int | None,
 
 def _check_search_constants(k: PDConstants) -> None:
     """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0,
-    refine_rounds >= 0, candidates 1 or 2."""
+    refine_rounds >= 0, agg_screen >= 1, candidates 1 or 2."""
     if isinstance(k.agg_passes, bool) or int(k.agg_passes) != k.agg_passes or k.agg_passes < 0:
         raise ValueError(f"constant 'agg_passes' must be an integer >= 0, got {k.agg_passes!r}")
     if isinstance(k.refine_rounds, bool) or int(k.refine_rounds) != k.refine_rounds \
             or k.refine_rounds < 0:
         raise ValueError(f"constant 'refine_rounds' must be an integer >= 0, got "
                          f"{k.refine_rounds!r}")
+    if isinstance(k.agg_screen, bool) or int(k.agg_screen) != k.agg_screen or k.agg_screen < 1:
+        raise ValueError(f"constant 'agg_screen' must be an integer >= 1, got {k.agg_screen!r}")
     if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
         raise ValueError(f"constant 'candidates' must be 1 or 2, got {k.candidates!r}")
 
@@ -499,6 +502,21 @@ def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
     return cand
 
 
+def _estimate_point(run: DecentralizedRun, u: np.ndarray, views, start: str) -> Candidate:
+    """The aggregator screen's estimate of the binary point u (no finishing phase): its
+    indicators fixed, the epigraph variables of the max terms tightened on the other
+    variables' values (`assoc_moves.tighten_epigraphs`, `eqn:objective`'s max terms at their
+    rows' max), then J and the violation by messages (`_network_value`)."""
+    st = run.st
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    fix_indicators_at(st, u)
+    lin_fn = run.evaluator.linearise if run.dec else st.linearise
+    u = tighten_epigraphs(st, u, lin_fn(u), free, views)
+    J, viol = _network_value(run, u)
+    return Candidate(u=u, J=J, viol=viol, start=start)
+
+
 def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, dict[str, int]]:
     """Up to `refine_rounds` rounds from the finished candidate `inc`: the association moves
     at its finished point (`solvers/assoc_moves.py`: the priced passes, then the exact trials
@@ -513,15 +531,20 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     lin_fn = run.evaluator.linearise if run.dec else st.linearise
     gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
-    cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0}
+    cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
+           "group_trials": 0}
     for _ in range(k.refine_rounds):
         fix_indicators_at(st, inc.u)
         u_moved, moved = association_moves(st, inc.u, free, linearise=lin_fn, views=views,
                                            passes=passes)
         u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
                                          global_max=gmax, viol_tol=k.viol_tol, passes=passes)
+        u_moved, group = exact_group_moves(st, u_moved, free, linearise=lin_fn, views=views,
+                                           global_max=gmax, viol_tol=k.viol_tol, passes=1)
         cnt["refine_rounds"] += 1
-        n_moved = moved["association_moves"] + exact["exact_moves"]
+        cnt["group_moves"] += group["group_moves"]
+        cnt["group_trials"] += group["group_trials"]
+        n_moved = moved["association_moves"] + exact["exact_moves"] + group["group_moves"]
         if n_moved == 0:
             break
         cnt["refine_moves"] += n_moved
@@ -556,10 +579,13 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
         u_start, _ = _rounding(run, st.u0)
         starts.append(_finish_point(run, u_start, views, "start"))
     found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
-                         "refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0}
+                         "aggregator_screened": 0, "refine_rounds": 0, "refine_moves": 0,
+                         "refine_accepted": 0, "group_moves": 0, "group_trials": 0}
     for c in starts:
         best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
-                                      passes=k.agg_passes, viol_tol=k.viol_tol)
+                                      passes=k.agg_passes, viol_tol=k.viol_tol,
+                                      screen=k.agg_screen,
+                                      estimate=lambda u: _estimate_point(run, u, views, c.start))
         if k.refine_rounds:
             best, more = _refine(run, best, views)
             cnt = {**cnt, **more}

@@ -313,6 +313,9 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "agg_passes": ("passes of aggregator moves over (round, DC) after the finishing phase, "
                    "each accepted only when the finished objective falls (0: off)",
                    at_least(0), None),
+    "agg_screen": ("the most aggregator trials a visit finishes: with more other DCs, each "
+                   "trial is first estimated (aggregator set, epigraphs tightened, no finishing "
+                   "phase) and only this many best estimates are finished", at_least(1), None),
     "refine_rounds": ("rounds of association moves at each searched candidate's finished "
                       "point, each followed by a finishing phase and kept only when the "
                       "finished objective falls (0: off)", at_least(0), None),

@@ -84,6 +84,9 @@ class PDConstants:
     (`solvers/aggregator_moves.py`; 0: off).
     candidates: starts whose finished points are searched and compared by the network's
     minimum of J: 1, the relaxed phase's rounding; 2, also the rounding of the start w^0.
+    agg_screen: the most aggregator trials a visit finishes: with more other DCs, the trials
+    are ranked by a cheap estimate (the epigraphs tightened, no finishing phase) and the best
+    agg_screen of them are finished (`solvers/aggregator_moves.py`).
     refine_rounds: after each candidate's search, rounds of association moves at its finished
     point followed by a new finishing phase, each kept only when the finished J falls (stops
     at the first round that moves nothing or does not lower J; 0: off)."""
@@ -118,6 +121,7 @@ class PDConstants:
     agg_passes: int = 3
     candidates: int = 2
     refine_rounds: int = 3
+    agg_screen: int = 3
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -267,6 +271,16 @@ class InnerSolver:
                                     minlength=V)
         top = self.comm.reduce(self.gplan, node_sum[self.gplan.entry_node])
         return float(self.comm.broadcast(self.gplan, top)[self._gent])
+
+    def _global_sum_nodes(self, per_node: np.ndarray) -> np.ndarray:
+        """(K,) sums over the nodes of a (V, K) array whose rows this process fills for its own
+        nodes (zeros elsewhere): summed over a spanning tree and broadcast back, every process
+        gets the same vector (decentralized); a plain column sum (centralized)."""
+        per_node = np.asarray(per_node, float)
+        if self.mode == "centralized":
+            return per_node.sum(axis=0)
+        top = self.comm.reduce(self.gplan, per_node[self.gplan.entry_node])
+        return np.asarray(self.comm.broadcast(self.gplan, top)[self._gent], float)
 
     def _nonzero_view(self, du: np.ndarray) -> np.ndarray:
         """du at every Jacobian nonzero as its row's host holds it (broadcast)."""

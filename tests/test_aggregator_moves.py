@@ -4,6 +4,7 @@ Truth: a table of finished objectives per aggregator choice (the search must end
 single-round move improves, accepting only falls of J), brute force over every binary choice
 (`centralized.exhaustive`) on tiny instances, and the message accounting."""
 import itertools
+from pathlib import Path
 import subprocess
 import sys
 import warnings
@@ -132,6 +133,76 @@ def test_search_passes_bound_the_work():
     assert agm.aggregators(st, best.u) == [2, 2]
 
 
+# ---------------------------------------------------------------------- the screen
+def _table_estimate(st, est, calls):
+    def estimate(u):
+        key = tuple(agm.aggregators(st, u))
+        calls.append(key)
+        return _cand(*est[key], u=u) if isinstance(est[key], tuple) else _cand(est[key], u=u)
+    return estimate
+
+
+def test_rank_estimates_puts_feasible_first_by_J_then_infeasible_by_violation():
+    ests = [_cand(3.0), _cand(1.0, viol=0.5), _cand(2.0), _cand(0.5, viol=0.1), _cand(2.0)]
+    assert agm.rank_estimates(ests, TOL) == [2, 4, 0, 3, 1]        # ties keep the DC order
+    assert agm.rank_estimates([_cand(1.0, viol=TOL)], TOL) == [0]  # viol_tol itself: feasible
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
+    """With estimates equal to the finished J, the best trial of each visit is among those
+    finished, so the screened search follows the full search move for move."""
+    T, S = 3, 5
+    st = _fake_structure(T, S)
+    rng = np.random.default_rng(seed)
+    table = {k: float(rng.uniform(1.0, 2.0)) for k in itertools.product(range(S), repeat=T)}
+    inc = _cand(table[(0, 0, 0)], u=_point(st, (0, 0, 0)))
+    full, cnt_f = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=50,
+                                        viol_tol=TOL)
+    calls, est_calls = [], []
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
+                                      viol_tol=TOL, screen=1,
+                                      estimate=_table_estimate(st, table, est_calls))
+    assert agm.aggregators(st, best.u) == agm.aggregators(st, full.u) and best.J == full.J
+    assert cnt["aggregator_visits"] == cnt_f["aggregator_visits"]
+    assert len(calls) == cnt["aggregator_trials"] == cnt["aggregator_visits"]   # 1 per visit
+    assert len(est_calls) == cnt["aggregator_screened"] == cnt["aggregator_visits"] * (S - 1)
+
+
+def test_screen_finishes_only_the_best_estimates():
+    """A misleading estimate: the visit finishes the trials the estimate ranks first, not
+    the trial that would be best finished."""
+    T, S = 1, 5
+    st = _fake_structure(T, S)
+    table = {(0,): 2.0, (1,): 1.0, (2,): 1.5, (3,): 1.8, (4,): 1.9}
+    est = {(1,): 3.0, (2,): 1.2, (3,): (0.1, 1.0), (4,): 1.1}   # (3,) infeasible estimate
+    calls, est_calls = [], []
+    inc = _cand(2.0, u=_point(st, (0,)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=1,
+                                      viol_tol=TOL, screen=2,
+                                      estimate=_table_estimate(st, est, est_calls))
+    assert calls == [(4,), (2,)] and est_calls == [(1,), (2,), (3,), (4,)]
+    assert agm.aggregators(st, best.u) == [2] and best.J == 1.5
+    assert cnt == {"aggregator_trials": 2, "aggregator_moves": 1, "aggregator_visits": 1,
+                   "aggregator_screened": 4}
+
+
+@pytest.mark.parametrize("screen, estimated", [(3, True), (4, False), (9, False)])
+def test_screen_estimates_only_when_a_visit_has_more_trials(screen, estimated):
+    """S = 5: four trials per visit; a screen of 4 or more finishes them all, unestimated."""
+    T, S = 2, 5
+    st = _fake_structure(T, S)
+    table = {k: 2.0 - 0.1 * k[0] for k in itertools.product(range(S), repeat=T)}
+    calls, est_calls = [], []
+    inc = _cand(2.0, u=_point(st, (0, 0)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=1,
+                                      viol_tol=TOL, screen=screen,
+                                      estimate=_table_estimate(st, table, est_calls))
+    assert bool(est_calls) == estimated == (cnt["aggregator_screened"] > 0)
+    assert len(calls) == cnt["aggregator_visits"] * min(screen, S - 1)
+    assert agm.aggregators(st, best.u)[0] == 4
+
+
 # ---------------------------------------------------------------------- the whole method
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiny_equals_the_enumerated_optimum(seed):
@@ -173,9 +244,55 @@ def test_search_never_raises_J(tiny_pair):
     assert i1["candidate_chosen"] in ("relaxed", "start")
 
 
+@pytest.fixture(scope="module")
+def tiny_screened():
+    """Four DCs (three trials per visit), a screen of 1; every estimate recorded with P's
+    objective and feasibility at the estimated point (`system.evaluate`)."""
+    from cefl_opt.models import clip_to_bounds
+    from cefl_opt.solvers import decentralized as dz
+    inst = make_instance("tiny", seed=3, rounds=2, dcs=4)
+    seen, orig = [], dz._estimate_point
+
+    def spy(run, u, views, start):
+        c = orig(run, u, views, start)
+        ev = system.evaluate(inst, clip_to_bounds(run.st.to_solution(c.u, method="x",
+                                                                      status="x"), inst,
+                                                  "corollary"))
+        seen.append((c, ev))
+        return c
+    mp = pytest.MonkeyPatch()
+    mp.setattr(dz, "_estimate_point", spy)
+    try:
+        out = solve_decentralized(inst, constants={"agg_screen": 1})
+    finally:
+        mp.undo()
+    return inst, out, seen
+
+
+def test_screen_estimate_is_P_at_the_estimated_point(tiny_screened):
+    """The estimate (aggregator set, epigraphs tightened, J by the spanning-tree sum) is P's
+    objective at that point, which is feasible."""
+    _inst, _out, seen = tiny_screened
+    assert len(seen) > 0
+    for c, ev in seen:
+        assert ev.feasible and c.viol <= TOL
+        assert c.J == pytest.approx(ev.objective, rel=1e-9)
+
+
+def test_screened_search_runs_by_messages_and_finishes_one_trial_per_visit(tiny_screened):
+    inst, (sol, info), seen = tiny_screened
+    assert info["aggregator_visits"] > 0
+    assert info["aggregator_trials"] == info["aggregator_visits"]          # screen = 1
+    assert info["aggregator_screened"] == 3 * info["aggregator_visits"] == len(seen)
+    assert info["central_steps"] == [] and info["messages"]["neighbours_only"]
+    assert system.evaluate(inst, sol).feasible
+    assert sol.objective <= info["objective_first"] * (1 + 1e-9)
+
+
 @pytest.mark.parametrize("name, value", [("candidates", 0), ("candidates", 3),
                                          ("agg_passes", -1), ("refine_rounds", -1),
-                                         ("refine_rounds", 1.5)])
+                                         ("refine_rounds", 1.5), ("agg_screen", 0),
+                                         ("agg_screen", 1.5), ("agg_screen", True)])
 def test_bad_search_constants_are_refused(name, value):
     inst = make_instance("tiny", seed=0)
     with pytest.raises(ValueError, match=name):
@@ -185,8 +302,10 @@ def test_bad_search_constants_are_refused(name, value):
 @pytest.mark.parametrize("name, value, ok", [("candidates", 0, False), ("candidates", 3, False),
                                              ("agg_passes", -1, False),
                                              ("refine_rounds", -1, False),
+                                             ("agg_screen", 0, False),
                                              ("candidates", 1, True), ("agg_passes", 0, True),
-                                             ("refine_rounds", 0, True)])
+                                             ("refine_rounds", 0, True),
+                                             ("agg_screen", 1, True)])
 def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
     inst = make_instance("tiny", seed=0, rounds=1)
     path = tmp_path / "inst.json"
@@ -205,10 +324,10 @@ def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
 
 
 # ------------------------------------------------------------ refinement at finished points
-def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
+def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None):
     """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
     after a move gives J = Js[k]; the priced moves at the k-th point move moves[k] UEs, the
-    exact trials exact[k] (0 if not given)."""
+    exact trials exact[k] and the group moves group[k] groups (0 if not given)."""
     from cefl_opt.solvers import decentralized as dz
     calls = {"moves": 0, "finish": 0}
 
@@ -224,6 +343,9 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
     monkeypatch.setattr(dz, "association_moves", fake_moves)
     monkeypatch.setattr(dz, "exact_top_moves", lambda st, u, free, **kw:
                         (u, {"exact_moves": (exact or [0] * 9)[calls["moves"] - 1]}))
+    monkeypatch.setattr(dz, "exact_group_moves", lambda st, u, free, **kw:
+                        (u, {"group_moves": (group or [0] * 9)[calls["moves"] - 1],
+                             "group_trials": 3}))
     monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
     monkeypatch.setattr(dz, "_finishing_phase", fake_finish)
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
@@ -237,7 +359,8 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None):
 def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
-    assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2}
+    assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
+                   "group_moves": 0, "group_trials": 9}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
 
@@ -246,7 +369,8 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     assert best.J == 2.0 and best.u[0] == 0.0 and cnt["refine_accepted"] == 0
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
-    assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0}
+    assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
+                   "group_moves": 0, "group_trials": 3}
 
 
 def test_refine_rounds_bound_the_work(monkeypatch):
@@ -257,4 +381,42 @@ def test_refine_rounds_bound_the_work(monkeypatch):
 def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
-    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1}
+    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
+                   "group_moves": 0, "group_trials": 6}
+
+
+def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
+    assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
+    assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
+                   "group_moves": 3, "group_trials": 6}
+
+
+# ------------------------------------------------------------ the screen and groups over MPI
+_BIN = Path(sys.executable).parent
+
+
+@pytest.mark.skipif(not (_BIN / "mpiexec").exists(), reason="mpiexec not in the venv")
+def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
+    """Four DCs, a screen of 1 (the estimates' collectives) and the group moves of `_refine`
+    (3 outer iterations per phase), over 2 processes and over 1: the same decisions and the same objective, bit for bit."""
+    import json
+    import os
+    inst = make_instance("small", seed=3, rounds=2, dcs=4)
+    net = tmp_path / "small.json"
+    inst.save(net)
+    _sol, local = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
+    assert local["aggregator_screened"] > 0 and local["group_trials"] > 0
+    out = tmp_path / "sol.json"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+    p = subprocess.run([str(_BIN / "mpiexec"), "-n", "2", str(_BIN / "cefl-opt"), "solve",
+                        str(net), "--method", "decentralized", "--out", str(out), "--backend",
+                        "mpi", "--set", "agg_screen=1", "--max-outer", "3"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(out.read_text())
+    assert got["objective"] == local["objective"]
+    for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
+                "aggregators_final"):
+        assert got["info"][key] == local[key], key

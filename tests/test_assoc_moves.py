@@ -205,3 +205,81 @@ def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T
                                   global_max=_gmax, viol_tol=1e-6, passes=0)
     assert none["exact_moves"] == 0 and none["exact_trials"] == 0
 
+
+
+# ---------------------------------------------------------------- group moves of a whole BS
+def _group_trials(inst, sol):
+    """Every whole-group move by brute force: (round, field, BS, target, evaluate) for each BS
+    serving at least two UEs on the downlink in a round, to each BS every one of them links
+    to."""
+    links = inst.ue_links()
+    out = []
+    for t, field in ((t, "downlink_bs") for t in range(inst.T)):
+        arr = getattr(sol.rounds[t], field)
+        for j in range(inst.B):
+            ues = np.flatnonzero(arr == j)
+            if len(ues) < 2:
+                continue
+            for b in set.intersection(*(set(int(x) for x in links[n]) for n in ues)) - {j}:
+                arr[ues] = b
+                out.append((t, field, j, b, system.evaluate(inst, sol)))
+                arr[ues] = j
+    return out
+
+
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2),
+                                           pytest.param("paper", 6, 2, marks=pytest.mark.slow)])
+def test_group_moves_lower_P_and_end_where_no_group_move_does(preset, seed, T):
+    """Truth: `system.evaluate` with every UE of a BS's downlink group moved to another BS
+    together."""
+    inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
+    sol0 = _solution(inst, st, u)
+    ev0 = system.evaluate(inst, sol0).objective
+    better0 = [r for r in _group_trials(inst, sol0) if r[4].feasible
+               and r[4].objective < ev0 * (1 - 1e-9)]
+    assert better0                                    # the start has an improving group move
+    u2, info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
+                                    global_max=_gmax, viol_tol=1e-6, passes=20)
+    sol = _solution(inst, st, u2)
+    ev1 = system.evaluate(inst, sol)
+    assert ev1.feasible and info["group_moves"] > 0
+    assert ev1.objective == pytest.approx(ev0 - info["group_gain"], rel=1e-9)
+    for *_key, ev in _group_trials(inst, sol):        # the end: no group move lowers P
+        assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9)
+    # the reject branch: from the end point nothing lowers P, so nothing moves
+    u3, again = am.exact_group_moves(st, u2, free, linearise=st.linearise, views=views,
+                                     global_max=_gmax, viol_tol=1e-6, passes=20)
+    assert again["group_moves"] == 0 and again["group_gain"] == 0.0 and again["group_trials"] > 0
+    ind = np.concatenate(am._groups(st))
+    assert np.array_equal(u3[ind], u2[ind])
+    _u, none = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
+                                    global_max=_gmax, viol_tol=1e-6, passes=0)
+    assert none["group_moves"] == 0 and none["group_trials"] == 0
+
+
+def test_downlinks_are_every_ues_downlink_bs_from_its_own_row_only():
+    """Truth: the solution's `downlink_bs`. Each UE's row is written by the process holding
+    the UE only: with views that see only the UEs' own primaries and sum the node rows, the
+    whole (T, N) table comes back (the values of the other processes' variables never read)."""
+    inst, st, u, _free, views = _setup("small", 3, 2, scramble=True)
+    sol = _solution(inst, st, u)
+    want = np.array([r.downlink_bs for r in sol.rounds])
+    assert np.array_equal(am._downlinks(st, u, views), want)
+    half = np.zeros(st.n_nodes, dtype=bool)
+    half[: st.n_nodes // 2] = True
+    seen = []
+
+    def node_sum(rows):
+        seen.append(rows.copy())
+        return rows.sum(axis=0)
+    from dataclasses import replace
+    for part in (half, ~half):
+        v = replace(views, local_vars=part[st.primary], node_sum=node_sum)
+        garbled = np.where(part[st.primary], u, 7.0)      # other processes' values unknown
+        got = am._downlinks(st, garbled, v)
+        rows = seen[-1]
+        assert not rows[~part].any()                      # only its own nodes' rows
+        mine = np.flatnonzero(rows.any(axis=0))
+        assert np.array_equal(got.ravel()[mine], want.ravel()[mine])
+    # the two processes' rows together: every UE's downlink, written once
+    assert np.array_equal((seen[-2] + seen[-1]).sum(axis=0), want.ravel() + 1.0)
