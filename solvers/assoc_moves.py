@@ -400,6 +400,26 @@ def _lowers_a_shared_max(st: DecStructure, u: np.ndarray, lin: Linearisation, fr
     return views.var_sum(np.maximum(fall, 0.0)) > 1e-12
 
 
+def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
+               linearise: Callable[[np.ndarray], Linearisation], views: MoveViews
+               ) -> tuple[np.ndarray, Linearisation]:
+    """u with its epigraphs tightened, and the linearisation there."""
+    u = tighten_epigraphs(st, u, linearise(u), free, views)
+    return u, linearise(u)
+
+
+def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray,
+                 linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                 global_max: Callable[[np.ndarray], float]
+                 ) -> tuple[np.ndarray, Linearisation, float]:
+    """A trial point evaluated exactly: its indicators fixed, its epigraphs tightened, J
+    (summed over the spanning tree) and the largest violation of the non-forcing rows
+    (max-reduced). Returns (the point, its linearisation, the violation)."""
+    fix_indicators_at(st, ut)
+    ut, lt = _tightened(st, ut, free, linearise, views)
+    return ut, lt, global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+
+
 def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                     linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
                     global_max: Callable[[np.ndarray], float], viol_tol: float,
@@ -411,9 +431,7 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     non-forcing rows max-reduced) and the best is taken when it is feasible and lowers J, one
     UE at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
     tops = _shared_tops(st)
-    lin = linearise(u)
-    u = tighten_epigraphs(st, u, lin, free, views)
-    lin = linearise(u)
+    u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):
         moved = False
@@ -429,10 +447,7 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 tried += 1
                 ut = u.copy()
                 ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
-                fix_indicators_at(st, ut)
-                ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
-                lt = linearise(ut)
-                viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+                ut, lt, viol = _exact_trial(st, ut, free, linearise, views, global_max)
                 if viol <= viol_tol and (best is None or lt.f < best[1].f):
                     best = (ut, lt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
@@ -487,9 +502,7 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     epigraphs tightened, J summed over the spanning tree, the largest violation of the
     non-forcing rows max-reduced); the best is taken when it is feasible and lowers J, one
     group at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
-    lin = linearise(u)
-    u = tighten_epigraphs(st, u, lin, free, views)
-    lin = linearise(u)
+    u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):
         moved = False
@@ -503,10 +516,7 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 ut = u.copy()
                 ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
-                fix_indicators_at(st, ut)
-                ut = tighten_epigraphs(st, ut, linearise(ut), free, views)
-                lt = linearise(ut)
-                viol = global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+                ut, lt, viol = _exact_trial(st, ut, free, linearise, views, global_max)
                 if viol <= viol_tol and (best is None or lt.f < best[1].f):
                     best = ((ut, b), lt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):

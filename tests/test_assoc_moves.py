@@ -167,17 +167,25 @@ def test_the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR(preset, 
     assert 0 < sum(flagged.values()) < len(flagged) and fell_seen > 0
 
 
+def _moved_and_checked(move, key: str, inst, st, u, free, views, ev0: float):
+    """`move` (exact_top_moves or exact_group_moves) to its end; checks that the end is feasible,
+    that something moved and that P fell by the reported gain (`system.evaluate`)."""
+    u2, info = move(st, u, free, linearise=st.linearise, views=views, global_max=_gmax,
+                    viol_tol=1e-6, passes=20)
+    sol = _solution(inst, st, u2)
+    ev1 = system.evaluate(inst, sol)
+    assert ev1.feasible and info[f"{key}_moves"] > 0
+    assert ev1.objective == pytest.approx(ev0 - info[f"{key}_gain"], rel=1e-9)
+    return u2, sol, ev1
+
+
 @pytest.mark.parametrize("preset,seed,T", [("small", 3, 2),
                                            pytest.param("paper", 5, 2, marks=pytest.mark.slow)])
 def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T):
     inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
     ev0 = system.evaluate(inst, _solution(inst, st, u)).objective
-    u2, info = am.exact_top_moves(st, u, free, linearise=st.linearise, views=views,
-                                  global_max=_gmax, viol_tol=1e-6, passes=20)
-    sol = _solution(inst, st, u2)
-    ev1 = system.evaluate(inst, sol)
-    assert ev1.feasible and info["exact_moves"] > 0
-    assert ev1.objective == pytest.approx(ev0 - info["exact_gain"], rel=1e-9)
+    u2, sol, ev1 = _moved_and_checked(am.exact_top_moves, "exact", inst, st, u, free, views,
+                                      ev0)
     assert ev1.objective < ev0
     lin = st.linearise(u2)                     # the end: no flagged UE's trial lowers P
     tops, x = am._shared_tops(st), u2 * st.scale
@@ -238,12 +246,8 @@ def test_group_moves_lower_P_and_end_where_no_group_move_does(preset, seed, T):
     better0 = [r for r in _group_trials(inst, sol0) if r[4].feasible
                and r[4].objective < ev0 * (1 - 1e-9)]
     assert better0                                    # the start has an improving group move
-    u2, info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
-                                    global_max=_gmax, viol_tol=1e-6, passes=20)
-    sol = _solution(inst, st, u2)
-    ev1 = system.evaluate(inst, sol)
-    assert ev1.feasible and info["group_moves"] > 0
-    assert ev1.objective == pytest.approx(ev0 - info["group_gain"], rel=1e-9)
+    u2, sol, ev1 = _moved_and_checked(am.exact_group_moves, "group", inst, st, u, free, views,
+                                      ev0)
     for *_key, ev in _group_trials(inst, sol):        # the end: no group move lowers P
         assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9)
     # the reject branch: from the end point nothing lowers P, so nothing moves
