@@ -498,10 +498,10 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                       passes: int) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
     every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
-    them) falls only when every one of them leaves, so no single trial sees the gain. Each target BS is tried exactly (the moved point, its
-    epigraphs tightened, J summed over the spanning tree, the largest violation of the
-    non-forcing rows max-reduced); the best is taken when it is feasible and lowers J, one
-    group at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
+    them) falls only when every one of them leaves, so no single trial sees the gain. Each
+    target BS is tried exactly (`_exact_trial`); the best is taken when it is feasible and
+    lowers J, one group at a time (so J falls with every move); up to `passes` sweeps. The
+    groups come from `_downlinks`, the same on every process. Returns (u', info)."""
     u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):

@@ -442,17 +442,29 @@ def _central_repair_and_polish(run: DecentralizedRun, u_rounded: np.ndarray) -> 
     return final
 
 
+def _free_rows(st: DecStructure) -> np.ndarray:
+    """(K,) bool: the rows that are not binary-forcing rows (the moves' violation checks)."""
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    return free
+
+
+def _linearise_fn(run: DecentralizedRun):
+    """The linearisation the moves use: by messages (decentralized), or on global arrays
+    (centralized-pd)."""
+    return run.evaluator.linearise if run.dec else run.st.linearise
+
+
 def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views,
                        record: bool = True) -> np.ndarray:
     """Node-local association moves (`solvers/assoc_moves.py`, docs/decentralized.md
     "Association moves"): up to `move_passes` passes, each UE moving its uplink or downlink BS
     where that lowers J with the rest held."""
     st = run.st
-    free = np.ones(st.n_rows, dtype=bool)
-    free[st.force_rows] = False
+    free = _free_rows(st)
     t_m = time.perf_counter()
     u_moved, moved = association_moves(
-        st, u_rounded, free, linearise=run.evaluator.linearise if run.dec else st.linearise,
+        st, u_rounded, free, linearise=_linearise_fn(run),
         views=views, passes=run.k.move_passes)
     if record:
         run.info.update(moved, association_s=time.perf_counter() - t_m)
@@ -475,8 +487,7 @@ def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
     that every node holds it) and the largest scaled violation of the non-forcing rows (a
     max-reduce and broadcast); plain array operations in centralized-pd."""
     st, inner = run.st, run.inner
-    free = np.ones(st.n_rows, dtype=bool)
-    free[st.force_rows] = False
+    free = _free_rows(st)
     if not run.dec:
         lin = st.linearise(u)
         return float(lin.f), float(np.max(np.where(free, np.maximum(lin.c, 0.0), 0.0),
@@ -508,10 +519,9 @@ def _estimate_point(run: DecentralizedRun, u: np.ndarray, views, start: str) -> 
     variables' values (`assoc_moves.tighten_epigraphs`, `eqn:objective`'s max terms at their
     rows' max), then J and the violation by messages (`_network_value`)."""
     st = run.st
-    free = np.ones(st.n_rows, dtype=bool)
-    free[st.force_rows] = False
+    free = _free_rows(st)
     fix_indicators_at(st, u)
-    lin_fn = run.evaluator.linearise if run.dec else st.linearise
+    lin_fn = _linearise_fn(run)
     u = tighten_epigraphs(st, u, lin_fn(u), free, views)
     J, viol = _network_value(run, u)
     return Candidate(u=u, J=J, viol=viol, start=start)
@@ -526,9 +536,8 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     the rounds stop, as they do when no UE moves. Returns the candidate and counts
     {"refine_rounds", "refine_moves", "refine_accepted"}."""
     st, k = run.st, run.k
-    free = np.ones(st.n_rows, dtype=bool)
-    free[st.force_rows] = False
-    lin_fn = run.evaluator.linearise if run.dec else st.linearise
+    free = _free_rows(st)
+    lin_fn = _linearise_fn(run)
     gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,

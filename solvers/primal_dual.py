@@ -269,18 +269,22 @@ class InnerSolver:
         if per_var is not None and len(per_var):
             node_sum += np.bincount(self.st.primary, weights=np.asarray(per_var, float),
                                     minlength=V)
-        top = self.comm.reduce(self.gplan, node_sum[self.gplan.entry_node])
-        return float(self.comm.broadcast(self.gplan, top)[self._gent])
+        return float(self._tree_sum(node_sum))
+
+    def _tree_sum(self, per_node: np.ndarray) -> np.ndarray:
+        """The sum over the nodes of per-node values (a second axis travels along), reduced
+        over the spanning tree and broadcast back: every process gets the same value."""
+        top = self.comm.reduce(self.gplan, per_node[self.gplan.entry_node])
+        return self.comm.broadcast(self.gplan, top)[self._gent]
 
     def _global_sum_nodes(self, per_node: np.ndarray) -> np.ndarray:
         """(K,) sums over the nodes of a (V, K) array whose rows this process fills for its own
-        nodes (zeros elsewhere): summed over a spanning tree and broadcast back, every process
-        gets the same vector (decentralized); a plain column sum (centralized)."""
+        nodes (zeros elsewhere): `_tree_sum` (decentralized); a plain column sum
+        (centralized)."""
         per_node = np.asarray(per_node, float)
         if self.mode == "centralized":
             return per_node.sum(axis=0)
-        top = self.comm.reduce(self.gplan, per_node[self.gplan.entry_node])
-        return np.asarray(self.comm.broadcast(self.gplan, top)[self._gent], float)
+        return np.asarray(self._tree_sum(per_node), float)
 
     def _nonzero_view(self, du: np.ndarray) -> np.ndarray:
         """du at every Jacobian nonzero as its row's host holds it (broadcast)."""
