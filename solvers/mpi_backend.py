@@ -177,7 +177,7 @@ class MpiComm(Comm):
         """One neighbourhood round: chunks[i] to nbr_ranks[i]; returns what each sent us."""
         from mpi4py import MPI
         t0 = time.perf_counter()
-        send = (np.concatenate(chunks) if chunks else np.zeros(0)).astype(np.float64)
+        send = np.concatenate(chunks).astype(np.float64, copy=False) if chunks else np.zeros(0)
         scounts = [int(c.size) for c in chunks]
         recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
         if self.nbr_ranks:
@@ -188,8 +188,11 @@ class MpiComm(Comm):
         self.exchanges += 1
         self.exchange_bytes += 8 * send.size
         self.exchange_s += time.perf_counter() - t0
-        offs = np.concatenate([[0], np.cumsum(recv_counts)]).astype(int)
-        return [recv[offs[i]:offs[i + 1]] for i in range(len(recv_counts))]
+        out, at = [], 0
+        for c in recv_counts:
+            out.append(recv[at:at + c])
+            at += c
+        return out
 
     def exchange(self, outboxes):
         """One synchronous round (collective over the rank graph). `outboxes` holds messages of
@@ -252,6 +255,8 @@ class MpiComm(Comm):
         routes = {"rounds": rounds, "down": down, "up": upward,
                   "heard": np.unique(plan.entry_q[loc_ent]),
                   "own_q": np.flatnonzero(root_rank == me), "loc_ent": loc_ent}
+        routes.update(self._reduce_layout(plan, loc_ent, routes["own_q"], upward))
+        routes.update(_broadcast_layout(routes["own_q"], routes["heard"], down))
         self._plans[key] = (plan, routes)
         return routes
 
@@ -294,6 +299,41 @@ class MpiComm(Comm):
             ents, cur = ents[go], nxt[go]
         return np.concatenate(steps, axis=1) if steps else np.zeros((4, 0), int)
 
+    @staticmethod
+    def _reduce_layout(plan: RelayPlan, loc_ent: np.ndarray, own_q: np.ndarray, upward
+                       ) -> dict:
+        """A reduce's rank-local layout: the rows of a (len(work), m) array. `work`: the
+        entries this rank ever holds: its own (`loc_order`: those it sends, peer chunk by
+        peer chunk in the order they travel, then the rest), then those it receives on their
+        way to a root, round by round and peer by peer. So a chunk of its own entries leaves
+        as a slice and every received chunk lands in one (`up_at`: per round, the send chunks
+        as slices or positions, the receive slices). `sum_work`: the sums of its roots'
+        entries over `work`, each row in entry order (the same sums as `plan.summer()`)."""
+        sent = [ix[np.isin(ix, loc_ent)] for send, _recv in upward for ix in send]
+        first = np.concatenate(sent) if sent else np.zeros(0, np.int64)
+        loc_order = np.concatenate([first, np.setdiff1d(loc_ent, first)]).astype(np.int64)
+        got = [ix for _send, recv in upward for ix in recv]
+        work = np.concatenate([loc_order, *got]).astype(np.int64)
+        pos_of = np.full(len(plan.entry_q), -1, dtype=np.int64)
+        pos_of[work] = np.arange(len(work))
+        up_at = []
+        for send, recv in upward:
+            out = []
+            for ix in send:
+                p = pos_of[ix]
+                contiguous = len(p) == 0 or np.array_equal(p, np.arange(p[0], p[0] + len(p)))
+                out.append(slice(int(p[0]), int(p[0]) + len(p)) if contiguous and len(p)
+                           else (slice(0, 0) if not len(p) else p))
+            rec = [pos_of[ix] for ix in recv]
+            up_at.append((out, [slice(int(r[0]), int(r[0]) + len(r)) if len(r) else
+                                slice(0, 0) for r in rec]))
+        S = plan.summer()[own_q].tocsr()
+        S.sort_indices()                  # each row in entry order: the order of the sum
+        S = sp.csr_matrix((S.data, pos_of[S.indices], S.indptr), shape=(len(own_q), len(work)))
+        mp = np.flatnonzero(np.isin(plan.entry_q[work], own_q))
+        return {"work_n": len(work), "loc_order": loc_order, "up_at": up_at, "sum_work": S,
+                "max_pos": mp, "max_q": plan.entry_q[work[mp]]}
+
     def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per neighbour rank (in `nbr_ranks` order): the items (ascending) this rank sends to
@@ -308,22 +348,29 @@ class MpiComm(Comm):
         self.msgs[self._local] += msgs[self._local]
         self.bytes[self._local] += nbytes[self._local] * width
 
-    def _known(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
-        """(Q,) root values of the quantities that reach this rank's nodes (`missing` at the
-        others): the root ranks' values, forwarded rank to rank (one exchange per round)."""
+    def _known_work(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """The root values of the quantities this rank holds, hears or relays (`kwork` of
+        `_broadcast_layout`, in that order): its roots' values, then the others forwarded
+        rank to rank (one exchange per round). Arrays sized by those quantities only."""
         rv = np.asarray(root_values, float)
         tail, m = rv.shape[1:], int(np.prod(rv.shape[1:]))
         rt = self._rank_routes(plan)
-        known = np.full((plan.n_quantities,) + tail, np.nan)
-        own = rt["own_q"]
-        known[own] = rv[own]
-        for send, recv in rt["down"]:
+        known = np.empty((len(rt["kwork"]),) + tail)
+        known[rt["own_pos"]] = rv[rt["own_q"]]
+        for send, recv in rt["down_pos"]:
             got = self._alltoallv([known[ix].ravel() for ix in send],
                                   [ix.size * m for ix in recv])
             for ix, buf in zip(recv, got):
                 known[ix] = buf.reshape((ix.size,) + tail)
-        out = np.full_like(known, self.missing)
-        out[rt["heard"]] = known[rt["heard"]]
+        return known
+
+    def _known(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
+        """(Q,) root values of the quantities that reach this rank's nodes (`missing` at the
+        others)."""
+        rv = np.asarray(root_values, float)
+        rt = self._rank_routes(plan)
+        out = np.full((plan.n_quantities,) + rv.shape[1:], self.missing)
+        out[rt["heard"]] = self._known_work(plan, rv)[rt["heard_pos"]]
         return out
 
     def broadcast(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
@@ -337,67 +384,81 @@ class MpiComm(Comm):
     def reduce(self, plan: RelayPlan, entry_values: np.ndarray, op: str = "sum") -> np.ndarray:
         """(Q,) sums (op='sum') or maxima (op='max') over each quantity's tree, at the roots
         this rank owns (`missing` at the others). Every entry's raw value reaches its root's
-        rank, which adds its quantity's entries in entry order (`Comm.reduce`)."""
+        rank, which adds its quantity's entries in entry order (`Comm.reduce`). Only this
+        rank's entries of `entry_values` are read."""
+        rt = self._rank_routes(plan)
+        v = np.asarray(entry_values, float)
+        lo = rt["loc_order"]
+        part = np.empty((rt["work_n"],) + v.shape[1:])
+        part[:len(lo)] = v[lo]
+        out = self._reduce_work(plan, part.reshape(len(part), -1), op)
+        return out[:, 0] if v.ndim == 1 else out.reshape((plan.n_quantities,) + v.shape[1:])
+
+    def _reduce_work(self, plan: RelayPlan, part: np.ndarray, op: str = "sum") -> np.ndarray:
+        """`reduce` on the rank-local layout (`_reduce_layout`): `part` is (len(work), m) with
+        this rank's entries' values in its first rows; returns the (Q, m) results (`missing`
+        where this rank owns no root)."""
         if op not in ("sum", "max"):
             raise ValueError(f"reduce op {op!r}: expected 'sum' or 'max'")
-        part = np.array(entry_values, dtype=float)
-        tail, m = part.shape[1:], int(np.prod(part.shape[1:]))
+        m = part.shape[1]
         self._charge(plan.up_msgs, plan.up_bytes, m)
         rt = self._rank_routes(plan)
-        for send, recv in rt["up"]:
+        for send, recv in rt["up_at"]:
             got = self._alltoallv([part[ix].ravel() for ix in send],
-                                  [ix.size * m for ix in recv])
-            for ix, buf in zip(recv, got):
-                part[ix] = buf.reshape((ix.size,) + tail)
+                                  [(r.stop - r.start) * m for r in recv])
+            for r, buf in zip(recv, got):
+                part[r] = buf.reshape(-1, m)
         own = rt["own_q"]
-        out = np.full((plan.n_quantities,) + tail, self.missing)
-        if op == "sum":
-            S = cached_on_plan(plan, ("mpi_own_sum",), plan, lambda: plan.summer()[own])
-            out[own] = S @ part
+        out = np.full((plan.n_quantities, m), self.missing)
+        if op == "sum":     # scattered through the flat index: rows of a 2-D array are slow
+            flat = rt.get(("own_flat", m))
+            if flat is None:
+                flat = rt[("own_flat", m)] = (own[:, None] * m + np.arange(m)).ravel()
+            out.reshape(-1)[flat] = (rt["sum_work"] @ part).ravel()
         else:
-            ent = cached_on_plan(plan, ("mpi_own_ent",), plan,
-                                 lambda: np.flatnonzero(np.isin(plan.entry_q, own)))
-            top = np.full((plan.n_quantities,) + tail, -np.inf)
-            np.maximum.at(top, plan.entry_q[ent], part[ent])
+            top = np.full((plan.n_quantities, m), -np.inf)
+            mp = rt["max_pos"]
+            np.maximum.at(top, rt["max_q"], part[mp])
             out[own] = top[own]
         return out
 
     def reduce_product(self, plan: RelayPlan, maps, x: np.ndarray) -> np.ndarray:
         """`Comm.reduce_product` with each map cut to this rank's entries (its nodes' own
-        data: the other entries' values are never sent from here)."""
-        loc = self._rank_routes(plan)["loc_ent"]
-        ent = np.zeros((len(plan.entry_q), len(maps)))
-        for j, S in enumerate(maps):
-            ent[loc, j] = cached_on_plan(plan, ("mpi_rows", j), S, lambda: S[loc]) @ x
-        return self.reduce(plan, ent)
-
-    def _local_copies(self, plan: RelayPlan, known: np.ndarray) -> np.ndarray:
-        """This rank's entries' copies (in entry order) of the broadcast values `known`."""
-        return known[plan.entry_q[self._rank_routes(plan)["loc_ent"]]]
+        data: the other entries' values are never sent from here), the maps interleaved in
+        one product that fills the first rows of the reduce's layout."""
+        rt = self._rank_routes(plan)
+        lo, m = rt["loc_order"], len(maps)
+        M = cached_on_plan(plan, ("mpi_rows",), tuple(maps),
+                           lambda: _interleave_rows([sp.csr_matrix(S)[lo] for S in maps]))
+        part = np.empty((rt["work_n"], m))
+        part[:len(lo)] = (M @ np.asarray(x, float)).reshape(len(lo), m)
+        return self._reduce_work(plan, part)
 
     def _own_row_map(self, plan: RelayPlan, slot: tuple, maps, owner):
         """(rows that read only this rank's entries, the maps side by side cut to them with
-        columns renumbered to this rank's entries (same order in every row: the same sums),
-        rows reading other entries)."""
-        loc = self._rank_routes(plan)["loc_ent"]
-        E = len(plan.entry_q)
+        each entry's column moved to its quantity's place in `kwork` (a copy holds its root's
+        value; the same terms in the same order in every row: the same sums), a (K,) array
+        with NaN at the rows that read other entries and 0 at the others)."""
+        rt = self._rank_routes(plan)
+        E, W = len(plan.entry_q), len(rt["kwork"])
 
         def make():
             M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
             own = np.tile(self.is_local[plan.entry_node].astype(float), len(maps))
             rows, Sl, other = _own_rows(M, own)
-            col = np.full(E * len(maps), -1, dtype=np.int64)
-            for j in range(len(maps)):
-                col[j * E + loc] = j * len(loc) + np.arange(len(loc))
+            qpos = np.searchsorted(rt["kwork"], plan.entry_q)
+            col = np.concatenate([j * W + qpos for j in range(len(maps))])
             Sc = sp.csr_matrix((Sl.data, col[Sl.indices], Sl.indptr),
-                               shape=(len(rows), len(loc) * len(maps)))
-            return rows, Sc, other
+                               shape=(len(rows), W * len(maps)))
+            blank = np.zeros(M.shape[0])
+            blank[other] = np.nan
+            return rows, Sc, blank
         return cached_on_plan(plan, slot, owner, make)
 
     def _sum_rows(self, plan, maps, powers, e: np.ndarray, slot=("mpi_cols_sum",)) -> np.ndarray:
-        rows, Sc, other = self._own_row_map(plan, slot, maps, tuple(maps))
-        r = np.zeros(maps[0].shape[0])
-        r[other] = np.nan
+        """The maps' terms of this rank's rows added up from `e` (the `kwork` values)."""
+        rows, Sc, blank = self._own_row_map(plan, slot, maps, tuple(maps))
+        r = blank.copy()
         r[rows] = Sc @ np.concatenate([e if p == 1 else e ** p for p in powers])
         return r
 
@@ -408,8 +469,7 @@ class MpiComm(Comm):
         entries (NaN at the others)."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, 1)
-        return self._sum_rows(plan, maps, powers, self._local_copies(plan,
-                                                                     self._known(plan, rv)))
+        return self._sum_rows(plan, maps, powers, self._known_work(plan, rv))
 
     def broadcast_sums(self, plan: RelayPlan, root_values: Sequence[np.ndarray], maps,
                        powers) -> list[np.ndarray]:
@@ -417,7 +477,7 @@ class MpiComm(Comm):
         charged as its own broadcast)."""
         for _ in root_values:
             self._charge(plan.down_msgs, plan.down_bytes, 1)
-        e = self._local_copies(plan, self._known(plan, np.column_stack(root_values)))
+        e = self._known_work(plan, np.column_stack(root_values))
         return [self._sum_rows(plan, maps, powers, np.ascontiguousarray(e[:, j]))
                 for j in range(len(root_values))]
 
@@ -427,12 +487,11 @@ class MpiComm(Comm):
         (NaN at the others, as the full product would give)."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, 1)
-        e = self._local_copies(plan, self._known(plan, rv))
+        e = self._known_work(plan, rv)
         out = []
         for j, (S, p) in enumerate(zip(maps, powers)):
-            rows, Sc, other = self._own_row_map(plan, ("mpi_cols", j), [S], S)
-            r = np.zeros(S.shape[0])
-            r[other] = np.nan
+            rows, Sc, blank = self._own_row_map(plan, ("mpi_cols", j), [S], S)
+            r = blank.copy()
             r[rows] = Sc @ (e if p == 1 else e ** p)
             out.append(r)
         return out
@@ -513,6 +572,35 @@ def _rank_bfs(owner: np.ndarray, adj: Sequence[np.ndarray], size: int
                         nxt.append(y)
             frontier = nxt
     return par, dep
+
+
+def _broadcast_layout(own_q: np.ndarray, heard: np.ndarray, down) -> dict:
+    """A broadcast's rank-local layout: the quantities this rank roots, hears or relays
+    (`kwork`, ascending), where its roots' values go, every round's send / receive quantities
+    as positions in `kwork`, and where the heard quantities sit."""
+    got = [ix for send, recv in down for ix in (*send, *recv)]
+    kwork = np.unique(np.concatenate([own_q, heard, *got]))
+    pos = lambda ix: np.searchsorted(kwork, ix)
+    return {"kwork": kwork, "own_pos": pos(own_q), "heard_pos": pos(heard),
+            "down_pos": [([pos(ix) for ix in send], [pos(ix) for ix in recv])
+                         for send, recv in down]}
+
+
+def _interleave_rows(mats) -> sp.csr_matrix:
+    """CSR matrices of equal shape with their rows interleaved (row i of each in turn), every
+    row's stored order kept (the order of its sum)."""
+    mats = [sp.csr_matrix(M) for M in mats]
+    n, k = mats[0].shape[0], len(mats)
+    cnt = np.stack([np.diff(M.indptr) for M in mats], axis=1).ravel()     # (n * k,)
+    indptr = np.concatenate([[0], np.cumsum(cnt)])
+    indices = np.empty(indptr[-1], dtype=np.int64)
+    data = np.empty(indptr[-1])
+    for j, M in enumerate(mats):
+        start = indptr[np.arange(n) * k + j]
+        dst = np.repeat(start - M.indptr[:-1], np.diff(M.indptr)) + np.arange(M.nnz)
+        indices[dst] = M.indices
+        data[dst] = M.data
+    return sp.csr_matrix((data, indices, indptr), shape=(n * k, mats[0].shape[1]))
 
 
 def _own_rows(S, own: np.ndarray):
