@@ -8,11 +8,16 @@ distributed-graph communicator whose edges are the rank pairs that share a graph
 (`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
 nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
 
-Layout. Every rank builds the same relay plans (deterministic) and keeps full-length entry
-arrays; only the entries of its own nodes are meaningful. `broadcast` returns an entry array
+Layout. Every rank builds the same relay plans (deterministic), then sizes its collectives'
+arrays by what it holds: a broadcast works on the quantities this rank roots, hears or relays
+(`_broadcast_layout`), a reduce on the entries of its own nodes and those it relays or sums
+(`MpiComm._reduce_layout`, rows of a (entries, width) array: its own entries' send chunks
+leave as slices and every received chunk lands in one). `broadcast` returns an entry array
 in which every entry of a quantity that reaches one of this rank's nodes holds the root value
 (the value is the same at every entry of a quantity), the others `missing`; `reduce` returns
-the (Q,) sums (or maxima) at the roots this rank owns (others `missing`).
+the (Q,) sums (or maxima) at the roots this rank owns (others `missing`). The inner loop's
+composed collectives never touch a full-length entry array: `reduce_product` maps its nodes'
+data to its entries by one product, `broadcast_sum` maps the heard values to its rows.
 
 Exchanges. The relay trees fix what each node sends and is charged for (`dec_comm`); between
 the ranks a value travels the BFS tree of the rank graph rooted at its root's rank (ties to
@@ -21,7 +26,8 @@ that hop from all the nodes of the rank (`_rank_routes`). A broadcast sends each
 per rank hop towards every rank holding one of its entries; a reduce moves every raw entry
 value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
 the ranks below it), where the root adds its quantity's entries in entry order, the sum one
-process computes. The layout of every round follows from the plan (the same on both sides), so
+process computes (a rank's partial sums would send fewer floats but add in another order, and
+the solver's path depends on the last bits of these sums: docs/scale-mpi.md). The layout of every round follows from the plan (the same on both sides), so
 only payload floats travel. A rank waiting for an exchange yields its core between tests of the
 request (`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
 loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several vectors in one broadcast;
@@ -331,8 +337,9 @@ class MpiComm(Comm):
         S.sort_indices()                  # each row in entry order: the order of the sum
         S = sp.csr_matrix((S.data, pos_of[S.indices], S.indptr), shape=(len(own_q), len(work)))
         mp = np.flatnonzero(np.isin(plan.entry_q[work], own_q))
-        return {"work_n": len(work), "loc_order": loc_order, "up_at": up_at, "sum_work": S,
-                "max_pos": mp, "max_q": plan.entry_q[work[mp]]}
+        return {"work_n": len(work), "loc_order": loc_order, "n_sent": len(first),
+                "up_at": up_at, "sum_work": S, "pos_of": pos_of, "max_pos": mp,
+                "max_q": plan.entry_q[work[mp]]}
 
     def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -403,18 +410,11 @@ class MpiComm(Comm):
         m = part.shape[1]
         self._charge(plan.up_msgs, plan.up_bytes, m)
         rt = self._rank_routes(plan)
-        for send, recv in rt["up_at"]:
-            got = self._alltoallv([part[ix].ravel() for ix in send],
-                                  [(r.stop - r.start) * m for r in recv])
-            for r, buf in zip(recv, got):
-                part[r] = buf.reshape(-1, m)
+        self._travel_up(rt, part)
         own = rt["own_q"]
         out = np.full((plan.n_quantities, m), self.missing)
-        if op == "sum":     # scattered through the flat index: rows of a 2-D array are slow
-            flat = rt.get(("own_flat", m))
-            if flat is None:
-                flat = rt[("own_flat", m)] = (own[:, None] * m + np.arange(m)).ravel()
-            out.reshape(-1)[flat] = (rt["sum_work"] @ part).ravel()
+        if op == "sum":
+            out.reshape(-1)[self._own_flat(rt, m)] = (rt["sum_work"] @ part).ravel()
         else:
             top = np.full((plan.n_quantities, m), -np.inf)
             mp = rt["max_pos"]
@@ -423,16 +423,92 @@ class MpiComm(Comm):
         return out
 
     def reduce_product(self, plan: RelayPlan, maps, x: np.ndarray) -> np.ndarray:
-        """`Comm.reduce_product` with each map cut to this rank's entries (its nodes' own
-        data: the other entries' values are never sent from here), the maps interleaved in
-        one product that fills the first rows of the reduce's layout."""
+        """`Comm.reduce_product`: the entries this rank sends get their values by one product
+        of its nodes' maps (`_product_layout`), the received ones land in the reduce's layout,
+        and each root quantity's entries are added in entry order by one product reading x
+        itself for this rank's one-term entries (as `LocalComm.reduce_product` does), the
+        multi-term sums and the received values: the sums of one process, bit for bit."""
         rt = self._rank_routes(plan)
-        lo, m = rt["loc_order"], len(maps)
-        M = cached_on_plan(plan, ("mpi_rows",), tuple(maps),
-                           lambda: _interleave_rows([sp.csr_matrix(S)[lo] for S in maps]))
-        part = np.empty((rt["work_n"], m))
-        part[:len(lo)] = (M @ np.asarray(x, float)).reshape(len(lo), m)
-        return self._reduce_work(plan, part)
+        m, xv = len(maps), np.asarray(x, float)
+        P, M, F, n = cached_on_plan(plan, ("mpi_product",), tuple(maps),
+                                    lambda: self._product_layout(plan, maps))
+        self._charge(plan.up_msgs, plan.up_bytes, m)
+        z = np.empty(F.shape[1])              # [x, multi-term sums, the reduce's layout]
+        z[:n] = xv
+        z[n:n + P.shape[0]] = P @ xv
+        part = z[n + P.shape[0]:].reshape(rt["work_n"], m)
+        part[:rt["n_sent"]] = (M @ xv).reshape(rt["n_sent"], m)
+        self._travel_up(rt, part)
+        out = np.full((plan.n_quantities, m), self.missing)
+        out.reshape(-1)[self._own_flat(rt, m)] = F @ z
+        return out
+
+    def _product_layout(self, plan: RelayPlan, maps) -> tuple:
+        """(P, M, F, n) for `reduce_product` with these maps (n: length of x). P: the
+        multi-term rows of this rank's entries of its own roots' quantities, the maps one
+        after the other; M: the rows of the entries it sends, the maps interleaved; F: per
+        (own quantity, map), rows in that order, the quantity's entries in entry order over
+        z = [x, P x, the reduce's layout] (a one-term entry of this rank as its term, a
+        multi-term one as 1 x its sum in P, a received one as 1 x its value; an entry of this
+        rank without terms left out, as `LocalComm` leaves it out. A received entry without
+        terms is 0.0 and adds nothing: a sum starting at +0.0 is never -0.0, and s + 0.0 == s
+        for every other s. Only the sender knows its nodes' pattern.)"""
+        rt = self._rank_routes(plan)
+        mats = [sp.csr_matrix(S) for S in maps]
+        m, n, E = len(mats), mats[0].shape[1], len(plan.entry_q)
+        own = rt["own_q"]
+        S = plan.summer()[own].tocsr()
+        S.sort_indices()
+        ents = S.indices                                 # own quantities' entries, in order
+        qrow = np.repeat(np.arange(len(own)), np.diff(S.indptr))
+        local = self.is_local[plan.entry_node[ents]]
+        off_part = n + sum(int(((np.diff(A.indptr)[ents] > 1) & local).sum()) for A in mats)
+        rows, cols, vals, prows, p_at = [], [], [], [], n
+        for j, A in enumerate(mats):
+            cnt = np.diff(A.indptr)[ents]
+            multi = local & (cnt > 1)
+            c = np.empty(len(ents), dtype=np.int64)
+            v = np.ones(len(ents))
+            one = local & (cnt == 1)
+            c[one] = A.indices[A.indptr[ents[one]]]
+            v[one] = A.data[A.indptr[ents[one]]]
+            c[multi] = p_at + np.arange(int(multi.sum()))
+            prows.append(ents[multi])
+            p_at += int(multi.sum())
+            far = ~local           # only the sender knows its pattern: all its entries come
+            c[far] = off_part + rt["pos_of"][ents[far]] * m + j
+            keep = far | (cnt > 0)
+            rows.append(qrow[keep] * m + j)
+            cols.append(c[keep])
+            vals.append(v[keep])
+        r = np.concatenate(rows)
+        order = np.argsort(r, kind="stable")             # per row: entry order, as gathered
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(own) * m))])
+        F = sp.csr_matrix((np.concatenate(vals)[order], np.concatenate(cols)[order], indptr),
+                          shape=(len(own) * m, off_part + rt["work_n"] * m))
+        P = _stack_csr([A[pr] for A, pr in zip(mats, prows)], n)
+        sent = rt["loc_order"][:rt["n_sent"]]
+        M = _interleave_rows([A[sent] for A in mats])
+        return P, M, F, n
+
+    @staticmethod
+    def _own_flat(rt: dict, m: int) -> np.ndarray:
+        """Flat positions in a (Q, m) array of this rank's roots' m values (rows of a 2-D
+        array are slow to scatter)."""
+        flat = rt.get(("own_flat", m))
+        if flat is None:
+            own = rt["own_q"]
+            flat = rt[("own_flat", m)] = (own[:, None] * m + np.arange(m)).ravel()
+        return flat
+
+    def _travel_up(self, rt: dict, part: np.ndarray) -> None:
+        """A reduce's rounds between the ranks on its layout `part` (rows: `work`)."""
+        m = part.shape[1]
+        for send, recv in rt["up_at"]:
+            got = self._alltoallv([part[ix].ravel() for ix in send],
+                                  [(r.stop - r.start) * m for r in recv])
+            for r, buf in zip(recv, got):
+                part[r] = buf.reshape(-1, m)
 
     def _own_row_map(self, plan: RelayPlan, slot: tuple, maps, owner):
         """(rows that read only this rank's entries, the maps side by side cut to them with
@@ -601,6 +677,16 @@ def _interleave_rows(mats) -> sp.csr_matrix:
         indices[dst] = M.indices
         data[dst] = M.data
     return sp.csr_matrix((data, indices, indptr), shape=(n * k, mats[0].shape[1]))
+
+
+def _stack_csr(mats, ncols: int) -> sp.csr_matrix:
+    """CSR matrices stacked row-wise, every row's stored order kept (the order of its sum)."""
+    mats = [sp.csr_matrix(M) for M in mats]
+    noff = np.cumsum([0] + [M.nnz for M in mats])
+    indptr = np.concatenate([[0]] + [M.indptr[1:] + o for M, o in zip(mats, noff)])
+    return sp.csr_matrix((np.concatenate([M.data for M in mats]),
+                          np.concatenate([M.indices for M in mats]), indptr),
+                         shape=(sum(M.shape[0] for M in mats), ncols))
 
 
 def _own_rows(S, own: np.ndarray):
