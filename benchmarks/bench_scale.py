@@ -3,6 +3,7 @@
     python -m benchmarks.bench_scale [--quick] [--seed 0] [--sizes 20/10/5,200/40/10,...]
                                      [--reach 5] [--ranks 1,2] [--timeout 900]
                                      [--measures floor,dec,ipopt] [--repeats 3]
+                                     [--set KEY=VALUE ...]
 
 Per size (T = 2; every link at the paper size and below, `--reach 5` beyond it), each
 measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) is its own:
@@ -25,6 +26,9 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   decentralized, ...), so that both see the same load; the ratio of the medians per inner
   iteration is the comparison "a decentralised inner iteration <= 1.5x a centralised"
   (`scale_ratio.csv`);
+* `--set KEY=VALUE` (repeatable) passes constants to every `decentralized` run, e.g. the three
+  that turn the search after the rounding off (`--set agg_passes=0 --set candidates=1 --set
+  refine_rounds=0`); a run the solver refuses records its rc (2);
 * `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
   the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
   finishes within the timeout: build and solve time, Ipopt iterations.
@@ -58,6 +62,7 @@ from benchmarks import common  # noqa: E402
 PAPER_SIZE = (20, 10, 5)
 # the per-iteration timing runs: a fixed number of outer iterations of each method
 DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING = "decentralized_per_iter", "centralized_pd_per_iter"
+DECENTRALIZED = ("dec", DECENTRALIZED_TIMING)     # the measures that run `decentralized`
 TIMING = (DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING)
 MEASURES = ("floor", "dec", DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING, "ipopt")
 SIZES = "20/10/5,50/15/8,100/20/10,200/40/10,500/60/15,1000/100/20"
@@ -236,6 +241,7 @@ def measure(args) -> pd.DataFrame:
         def record(kind: str, ranks, rc, wall, rss, extra: dict, tail: str, rep: int = 0
                    ) -> None:
             row = {**base, "measure": kind, "ranks": ranks, "repeat": rep, "rc": rc,
+                   "constants": " ".join(args.set) if kind in DECENTRALIZED else "",
                    "wall_s": wall,
                    "peak_rss_MB": rss, "load1": os.getloadavg()[0], **extra}
             if rc != 0:
@@ -275,6 +281,8 @@ def measure(args) -> pd.DataFrame:
                    "--out", str(sol)]
             if kind in TIMING and args.timing_outer:
                 cmd += ["--max-outer", str(args.timing_outer)]
+            if method == "decentralized":
+                cmd += [a for kv in args.set for a in ("--set", kv)]
             if ranks > 1:
                 cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--backend", "mpi"]
             if sol.exists():
@@ -360,6 +368,9 @@ def main(argv=None) -> int:
     ap.add_argument("--measures", default=",".join(MEASURES),
                     help=f"which measurements after `gen` (default: {','.join(MEASURES)}; "
                          "none: `gen` alone)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a constant of the decentralised runs, passed on as `cefl-opt solve "
+                         "--set KEY=VALUE` (repeatable; recorded in the `constants` column)")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "JOB"), help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker:

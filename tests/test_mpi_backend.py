@@ -7,6 +7,7 @@ one process) computes the same inboxes, broadcasts, reductions and per-node mess
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -115,6 +116,28 @@ def test_bench_scale_generation_only(tmp_path):
     assert df.vars_block.tolist()[1] == int(node_work(big).sum())
     assert df.links.tolist() == [8 * 3, 30 * 2]   # 8/3/2 is below the paper size: every link
     assert (tmp_path / "scale.png").stat().st_size > 0
+
+
+def test_bench_scale_passes_constants_to_the_decentralised_runs(tmp_path):
+    """`--set KEY=VALUE` reaches every `decentralized` run (the search off: no aggregator
+    trial, no refinement round, one candidate) and is recorded; a constant the solver refuses
+    is recorded as that run's rc 2, the benchmark itself ends 0."""
+    import pandas as pd
+    off = ["--set", "agg_passes=0", "--set", "candidates=1", "--set", "refine_rounds=0"]
+    for sets, sub in ((off, "off"), (["--set", "agg_screen=0"], "bad")):
+        p = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale", "--sizes", "8/3/2",
+                            "--measures", "dec", "--ranks", "1", *sets, "--out-dir",
+                            str(tmp_path / sub)], cwd=HERE.parent, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+    off_df = pd.read_csv(tmp_path / "off" / "scale.csv").set_index("measure")
+    assert off_df.loc["dec", "rc"] == 0
+    assert off_df.loc["dec", "constants"] == "agg_passes=0 candidates=1 refine_rounds=0"
+    info = json.loads(next((tmp_path / "off").rglob("*-dec-1.json")).read_text())["info"]
+    assert info["aggregator_trials"] == 0 and info["refine_rounds"] == 0
+    assert len(info["candidate_objectives"]) == 1
+    bad = pd.read_csv(tmp_path / "bad" / "scale.csv").set_index("measure")
+    assert bad.loc["dec", "rc"] == 2 and "agg_screen" in bad.loc["dec", "error"]
 
 
 def test_bench_scale_ratio_of_medians():
