@@ -95,6 +95,16 @@ def test_mpi_comm_equals_local_comm(ranks, case):
 
 
 @needs_mpiexec
+def test_mpi_comm_equals_local_comm_with_relaying_ranks():
+    """4 ranks on a sparse network: the rank graph's diameter is 2, so values cross a rank that
+    relays them (sent on from what it received) and a reduce takes two rounds; every
+    collective still equals LocalComm's bit for bit."""
+    p = _mpirun(4, "paper", "--ues", "60", "--bss", "20", "--dcs", "4", "--reach", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ranks 4," in p.stdout and "rank hops 2" in p.stdout and "OK" in p.stdout
+
+
+@needs_mpiexec
 def test_more_ranks_than_nodes_exits_2_without_hanging():
     p = _mpirun(6, "tiny", timeout=120)
     assert p.returncode == 2, p.stdout + p.stderr

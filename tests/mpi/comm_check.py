@@ -104,8 +104,10 @@ def main() -> int:
         bad.append("per-node messages/bytes")
     sizes = np.bincount(comm.owner, minlength=comm.size).tolist()
     cut = sum(int(comm.owner[x] != comm.owner[y]) for x in range(V) for y in ref.adj[x]) // 2
+    hops = max(comm._rank_routes(plan)["rounds"], comm._diameter)   # rank hops of a value
     return verdict(comm, bad, f"ranks {comm.size}, nodes per rank {sizes}, cut edges {cut}, "
-                              f"messages {int(m1.sum())}, bytes {int(by1.sum())}")
+                              f"messages {int(m1.sum())}, bytes {int(by1.sum())}, "
+                              f"rank hops {hops}")
 
 
 def verdict(comm, bad: list[str], header: str) -> int:
