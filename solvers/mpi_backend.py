@@ -27,12 +27,14 @@ per rank hop towards every rank holding one of its entries; a reduce moves every
 value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
 the ranks below it), where the root adds its quantity's entries in entry order, the sum one
 process computes (a rank's partial sums would send fewer floats but add in another order, and
-the solver's path depends on the last bits of these sums: docs/scale-mpi.md). The layout of every round follows from the plan (the same on both sides), so
-only payload floats travel. A rank waiting for an exchange yields its core between tests of the
-request (`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
-loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several vectors in one broadcast;
-`global_max` floods each rank's max over the rank graph (its diameter in exchanges). Each
-rank counts its exchanges, the bytes it sends and the time inside them (`exchange_report`).
+the solver's path depends on the last bits of these sums: docs/scale-mpi.md). The layout of
+every round follows from the plan (the same on both sides), so only payload floats travel. A
+rank waiting for an exchange yields its core between tests of the request
+(`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
+loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several
+vectors in one broadcast; `global_max` floods each rank's max over the rank graph (its
+diameter in exchanges). Each rank counts its exchanges, the bytes it sends and the time inside
+them (`exchange_report`).
 
 Accounting. Each rank charges the messages its own nodes send, exactly as `LocalComm` does;
 `snapshot` (collective: every rank calls it) sums the per-node counters over the ranks, so
@@ -322,17 +324,8 @@ class MpiComm(Comm):
         work = np.concatenate([loc_order, *got]).astype(np.int64)
         pos_of = np.full(len(plan.entry_q), -1, dtype=np.int64)
         pos_of[work] = np.arange(len(work))
-        up_at = []
-        for send, recv in upward:
-            out = []
-            for ix in send:
-                p = pos_of[ix]
-                contiguous = len(p) == 0 or np.array_equal(p, np.arange(p[0], p[0] + len(p)))
-                out.append(slice(int(p[0]), int(p[0]) + len(p)) if contiguous and len(p)
-                           else (slice(0, 0) if not len(p) else p))
-            rec = [pos_of[ix] for ix in recv]
-            up_at.append((out, [slice(int(r[0]), int(r[0]) + len(r)) if len(r) else
-                                slice(0, 0) for r in rec]))
+        up_at = [([_as_slice(pos_of[ix]) for ix in send], [_as_slice(pos_of[ix]) for ix in recv])
+                 for send, recv in upward]
         S = plan.summer()[own_q].tocsr()
         S.sort_indices()                  # each row in entry order: the order of the sum
         S = sp.csr_matrix((S.data, pos_of[S.indices], S.indptr), shape=(len(own_q), len(work)))
@@ -455,7 +448,7 @@ class MpiComm(Comm):
         for every other s. Only the sender knows its nodes' pattern.)"""
         rt = self._rank_routes(plan)
         mats = [sp.csr_matrix(S) for S in maps]
-        m, n, E = len(mats), mats[0].shape[1], len(plan.entry_q)
+        m, n = len(mats), mats[0].shape[1]
         own = rt["own_q"]
         S = plan.summer()[own].tocsr()
         S.sort_indices()
@@ -516,7 +509,7 @@ class MpiComm(Comm):
         value; the same terms in the same order in every row: the same sums), a (K,) array
         with NaN at the rows that read other entries and 0 at the others)."""
         rt = self._rank_routes(plan)
-        E, W = len(plan.entry_q), len(rt["kwork"])
+        W = len(rt["kwork"])
 
         def make():
             M = sp.hstack([sp.csr_matrix(S) for S in maps], format="csr")
@@ -660,6 +653,14 @@ def _broadcast_layout(own_q: np.ndarray, heard: np.ndarray, down) -> dict:
     return {"kwork": kwork, "own_pos": pos(own_q), "heard_pos": pos(heard),
             "down_pos": [([pos(ix) for ix in send], [pos(ix) for ix in recv])
                          for send, recv in down]}
+
+
+def _as_slice(pos: np.ndarray):
+    """Consecutive positions as a slice (a view when it indexes rows), others as they are."""
+    if not len(pos):
+        return slice(0, 0)
+    a = int(pos[0])
+    return slice(a, a + len(pos)) if np.array_equal(pos, np.arange(a, a + len(pos))) else pos
 
 
 def _interleave_rows(mats) -> sp.csr_matrix:
