@@ -277,7 +277,7 @@ class DecentralizedRun:
         d = None if self.spread else self.st.decisions(rec.u_hat)   # spread: not all held here
         self.rows.append({
             "outer": len(self.rows), "phase": rec.phase,
-            "wall_s": time.perf_counter() - self.t_start, "obj_model": rec.lin.f,
+            "wall_s": time.perf_counter() - self.t_start, "obj_model": rec.f,
             "max_violation": rec.violation, "forcing_violation": rec.forcing,
             "rho": rec.rho, "inner_iters": rec.inner["inner_iters"],
             "inner_residual": rec.inner["residual"], "step_inf": rec.step_inf,
@@ -290,7 +290,7 @@ class DecentralizedRun:
             "msgs_max": int(msgs.max()), "msgs_mean": float(msgs.mean()),
             "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean())})
         if self.bar is not None:
-            self.bar.set_postfix(J=f"{rec.lin.f:.6g}", viol=f"{rec.violation:.1e}",
+            self.bar.set_postfix(J=f"{rec.f:.6g}", viol=f"{rec.violation:.1e}",
                                  refresh=False)
             self.bar.update(1)
         return False

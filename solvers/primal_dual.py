@@ -185,14 +185,28 @@ class InnerSolver:
             self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
             self._row_groups = _groups(st.row_host)
             self._var_groups = _groups(st.primary)
+        self._own_nz = self._own_nonzeros()
         self.set_active(None)
+
+    def _own_nonzeros(self) -> np.ndarray | None:
+        """(nnz,) bool: the Jacobian entries of the rows this process's nodes host, when it
+        holds some nodes only (one MPI rank); None when it holds them all."""
+        if self.mode != "decentralized":
+            return None
+        own = np.zeros(self.st.n_nodes, dtype=bool)
+        own[self.comm.local_nodes()] = True
+        return None if own.all() else own[self.st.row_host[self.rows]]
 
     def set_active(self, live: np.ndarray | None) -> None:
         """Build the surrogates' maps over the live Jacobian entries only (`live`: (nnz,)
         bool from `DecStructure.live_entries`, or None: all). A dead entry's variable is fixed
         or the row does not depend on it under the current bounds, so it drops out of a_k and
-        of S_k (the row's prox term) alike: the same surrogate rows, fewer products."""
+        of S_k (the row's prox term) alike: the same surrogate rows, fewer products. A process
+        holding some nodes only keeps its own rows' entries (`_own_nonzeros`): the other rows
+        are other processes', and their maps would be built on values it does not hold."""
         st = self.st
+        if self._own_nz is not None:
+            live = self._own_nz if live is None else np.asarray(live, dtype=bool) & self._own_nz
         full = self.jent if self.mode == "decentralized" else self.cols
         n_ent = self.E if self.mode == "decentralized" else st.n
         K = st.n_rows

@@ -72,12 +72,13 @@ def _adapt_prox(phi: np.ndarray, d: np.ndarray, d_prev: np.ndarray, rejected: bo
 
 @dataclass
 class OuterRecord:
-    """What one outer iteration produced (the trace row is built from it)."""
+    """What one outer iteration produced (the trace row is built from it). A run keeps one
+    per outer iteration, so it holds scalars only once recorded: `u_hat` is for the callback
+    and is None in the records `run_sca` returns."""
     it: int
     phase: str
-    u: np.ndarray            # w^l (before the update)
-    lin: Linearisation       # J, C at w^l
-    u_hat: np.ndarray        # solution of the surrogate
+    f: float                 # J at w^l (before the update)
+    u_hat: np.ndarray | None  # solution of the surrogate (the callback's; None afterwards)
     step_inf: float          # ||u_hat - u^l||_inf
     stationarity: float      # max_i q_i |u_hat_i - u^l_i| (gradient mapping)
     violation: float         # max scaled C_k(w^{l+1})^+ over non-forcing rows
@@ -328,7 +329,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         rejected = outer.rejects(s, lin_next, raised, viol_now, viol_next)
         zeta_used, s.zeta_eff = s.zeta_eff, next_step_factor(s.zeta_eff, k.zeta, rejected)
         forcing = outer.forcing_residual(lin_next)
-        rec = OuterRecord(it=it, phase=phase, u=s.u, lin=s.lin, u_hat=sur.u_hat,
+        rec = OuterRecord(it=it, phase=phase, f=s.lin.f, u_hat=sur.u_hat,
                           step_inf=sur.step, stationarity=sur.stat,
                           violation=viol_now if rejected else viol_next,
                           forcing=forcing, rho=s.rho, inner=sur.stats, rejected=rejected,
@@ -336,6 +337,7 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         records.append(rec)
         s.forcing_prev = forcing
         stop = callback(rec) if callback is not None else False
+        rec.u_hat = None            # the records hold scalars: no vector per outer iteration
         s.tol_in = outer.inner_tolerance(sur.step, viol_now, viol_next)
         if k.prox_min < 1.0:
             s.phi, s.d_prev = _adapt_prox(s.phi, sur.d, s.d_prev, rejected, k.prox_min)

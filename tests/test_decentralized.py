@@ -6,6 +6,7 @@ round (S^T choices), and the block model itself (Pyomo expressions evaluated dir
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -456,3 +457,46 @@ def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
         before = accepted[-patience - 1]
         assert before["rho"] == 0 or before["forcing_violation"] > 1e-9 \
             or before["max_violation"] > 1e-6
+
+
+def test_outer_records_hand_the_callback_the_surrogate_solution_and_keep_scalars_only(tiny,
+                                                                                   tiny_st):
+    """A run keeps one record per outer iteration: the callback sees the surrogate's solution
+    (the trace reads the aggregators off it) and J at w^l; the records returned hold no
+    vector (with a vector each, memory grew by megabytes per outer iteration at 1,000 UEs)."""
+    from cefl_opt.solvers.sca import run_sca
+    k = resolve_constants({"max_outer": 6})
+    inner = InnerSolver(tiny_st, k, mode="centralized")
+    seen = []
+    u, records, _ = run_sca(tiny_st, inner, k, u0=tiny_st.u0, max_outer=6,
+                            callback=lambda r: seen.append((r.u_hat.copy(), r.f)))
+    assert len(records) == len(seen) >= 2
+    assert seen[0][1] == tiny_st.linearise(tiny_st.u0).f        # J at the start
+    assert all(s[0].shape == (tiny_st.n,) for s in seen)
+    assert all(r.u_hat is None for r in records)
+    assert all(isinstance(getattr(r, f.name), (int, float, str, bool, dict))
+               for r in records for f in dataclasses.fields(r) if f.name != "u_hat")
+
+
+def test_a_process_holding_some_nodes_builds_the_maps_of_its_own_rows_only(tiny, tiny_st):
+    """One MPI rank's inner solver keeps the Jacobian entries of the rows its nodes host
+    (the others' values are other processes'), also under a live mask; a process holding
+    every node keeps them all."""
+    half = np.arange(tiny_st.n_nodes // 2)
+
+    class HalfComm(LocalComm):
+        def local_nodes(self):
+            return half
+
+    k = resolve_constants(None)
+    own = np.isin(tiny_st.row_host[tiny_st.jac_rows], half)
+    assert own.any() and not own.all()
+    inner = InnerSolver(tiny_st, k, mode="decentralized",
+                        comm=HalfComm(tiny.graph(), tiny_st.node_names))
+    assert np.array_equal(inner.live, own)
+    mask = np.arange(len(own)) % 2 == 0
+    inner.set_active(mask)
+    assert np.array_equal(inner.live, own & mask)
+    full = InnerSolver(tiny_st, k, mode="decentralized",
+                       comm=LocalComm(tiny.graph(), tiny_st.node_names))
+    assert full.live is None
