@@ -455,10 +455,10 @@ class MpiComm(Comm):
         ents = S.indices                                 # own quantities' entries, in order
         qrow = np.repeat(np.arange(len(own)), np.diff(S.indptr))
         local = self.is_local[plan.entry_node[ents]]
-        off_part = n + sum(int(((np.diff(A.indptr)[ents] > 1) & local).sum()) for A in mats)
+        cnts = [A.indptr[ents + 1] - A.indptr[ents] for A in mats]   # terms per entry
+        off_part = n + sum(int(((cnt > 1) & local).sum()) for cnt in cnts)
         rows, cols, vals, prows, p_at = [], [], [], [], n
-        for j, A in enumerate(mats):
-            cnt = np.diff(A.indptr)[ents]
+        for j, (A, cnt) in enumerate(zip(mats, cnts)):
             multi = local & (cnt > 1)
             c = np.empty(len(ents), dtype=np.int64)
             v = np.ones(len(ents))
@@ -479,7 +479,7 @@ class MpiComm(Comm):
         indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(own) * m))])
         F = sp.csr_matrix((np.concatenate(vals)[order], np.concatenate(cols)[order], indptr),
                           shape=(len(own) * m, off_part + rt["work_n"] * m))
-        P = _stack_csr([A[pr] for A, pr in zip(mats, prows)], n)
+        P = sp.vstack([A[pr] for A, pr in zip(mats, prows)], format="csr")
         sent = rt["loc_order"][:rt["n_sent"]]
         M = _interleave_rows([A[sent] for A in mats])
         return P, M, F, n
@@ -664,30 +664,11 @@ def _as_slice(pos: np.ndarray):
 
 
 def _interleave_rows(mats) -> sp.csr_matrix:
-    """CSR matrices of equal shape with their rows interleaved (row i of each in turn), every
-    row's stored order kept (the order of its sum)."""
-    mats = [sp.csr_matrix(M) for M in mats]
+    """CSR matrices of equal shape with their rows interleaved (row i of each in turn). Row
+    stacking and row selection keep every row's stored order, the order of its sum (as
+    `dec_comm._entry_sums`'s stacking does)."""
     n, k = mats[0].shape[0], len(mats)
-    cnt = np.stack([np.diff(M.indptr) for M in mats], axis=1).ravel()     # (n * k,)
-    indptr = np.concatenate([[0], np.cumsum(cnt)])
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    data = np.empty(indptr[-1])
-    for j, M in enumerate(mats):
-        start = indptr[np.arange(n) * k + j]
-        dst = np.repeat(start - M.indptr[:-1], np.diff(M.indptr)) + np.arange(M.nnz)
-        indices[dst] = M.indices
-        data[dst] = M.data
-    return sp.csr_matrix((data, indices, indptr), shape=(n * k, mats[0].shape[1]))
-
-
-def _stack_csr(mats, ncols: int) -> sp.csr_matrix:
-    """CSR matrices stacked row-wise, every row's stored order kept (the order of its sum)."""
-    mats = [sp.csr_matrix(M) for M in mats]
-    noff = np.cumsum([0] + [M.nnz for M in mats])
-    indptr = np.concatenate([[0]] + [M.indptr[1:] + o for M, o in zip(mats, noff)])
-    return sp.csr_matrix((np.concatenate([M.data for M in mats]),
-                          np.concatenate([M.indices for M in mats]), indptr),
-                         shape=(sum(M.shape[0] for M in mats), ncols))
+    return sp.vstack(mats, format="csr")[np.arange(n * k).reshape(k, n).T.ravel()]
 
 
 def _own_rows(S, own: np.ndarray):
