@@ -318,22 +318,21 @@ def _check_arguments(method: str, init: str, max_outer: int | None,
         raise ValueError(f"init {init!r}: expected one of {INITS}")
     if max_outer is not None and max_outer < 1:
         raise ValueError(f"max_outer must be >= 1, got {max_outer}")
-    if isinstance(consensus_rounds, bool) or int(consensus_rounds) != consensus_rounds \
-            or consensus_rounds < 0:
-        raise ValueError(f"consensus_rounds must be an integer >= 0, got {consensus_rounds!r}")
+    _check_whole("consensus_rounds", consensus_rounds, 0)
+
+
+def _check_whole(label: str, value, lo: int) -> None:
+    """ValueError unless `value` is an integer (not a bool) >= lo."""
+    if isinstance(value, bool) or int(value) != value or value < lo:
+        raise ValueError(f"{label} must be an integer >= {lo}, got {value!r}")
 
 
 def _check_search_constants(k: PDConstants) -> None:
     """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0,
     refine_rounds >= 0, agg_screen >= 1, candidates 1 or 2."""
-    if isinstance(k.agg_passes, bool) or int(k.agg_passes) != k.agg_passes or k.agg_passes < 0:
-        raise ValueError(f"constant 'agg_passes' must be an integer >= 0, got {k.agg_passes!r}")
-    if isinstance(k.refine_rounds, bool) or int(k.refine_rounds) != k.refine_rounds \
-            or k.refine_rounds < 0:
-        raise ValueError(f"constant 'refine_rounds' must be an integer >= 0, got "
-                         f"{k.refine_rounds!r}")
-    if isinstance(k.agg_screen, bool) or int(k.agg_screen) != k.agg_screen or k.agg_screen < 1:
-        raise ValueError(f"constant 'agg_screen' must be an integer >= 1, got {k.agg_screen!r}")
+    _check_whole("constant 'agg_passes'", k.agg_passes, 0)
+    _check_whole("constant 'refine_rounds'", k.refine_rounds, 0)
+    _check_whole("constant 'agg_screen'", k.agg_screen, 1)
     if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
         raise ValueError(f"constant 'candidates' must be 1 or 2, got {k.candidates!r}")
 
