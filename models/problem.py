@@ -111,11 +111,18 @@ class _Build:
     xi3: Any                 # the energy weights per part
     R0: np.ndarray           # initial R_bs, Gbit/s
     mglob: dict              # bounds of the bound's global variables
+    held: set | None = None  # `build_problem(rows=)`'s nodes (None: every node)
 
     @property
     def own(self):
         """dc[0]: the owner of the global shared variables."""
         return self.m.dc[0]
+
+    def holds_copies(self, blk) -> bool:
+        """Whether node block `blk` gets its own copies (block form, a node this process
+        holds); otherwise each copy is a Reference to the owner's variable."""
+        name = f"{blk.parent_component().local_name}{blk.index()}"
+        return self.copies and (self.held is None or name in self.held)
 
 
 def _checked_weights(inst: Instance, binaries: str, bound: str, fixed,
@@ -222,10 +229,29 @@ def _dc_variables(c: _Build) -> None:
 
 
 # ---------------------------------------------------------------------- copies
+class _OwnerView:
+    """The copies of a node that `build_problem(rows=)` does not hold: indexing gives the
+    owner's variable, and nothing is stored per entry."""
+
+    def __init__(self, target):
+        self._target = target
+
+    def __getitem__(self, key):
+        return self._target(*key) if isinstance(key, tuple) else self._target(key)
+
+    @staticmethod
+    def is_reference() -> bool:
+        return True
+
+
 def _copy(c: _Build, blk, name: str, index: tuple, target, **var_kw) -> None:
-    """A node's copy of a shared variable: its own Var, or a Reference to the owner's."""
-    if c.copies:
+    """A node's copy of a shared variable: its own Var (block form, a node this process
+    holds), the owner's variable by indexing (block form, a node it does not hold), or a
+    Reference to the owner's (compact form)."""
+    if c.holds_copies(blk):
         setattr(blk, name, pyo.Var(*index, **var_kw))
+    elif c.copies:
+        setattr(blk, name, _OwnerView(target))
     else:
         keys = [sum(((x,) if not isinstance(x, tuple) else x for x in k), ())
                 for k in itertools.product(*(list(ix) for ix in index))]
@@ -236,7 +262,7 @@ def _copy_globals(c: _Build, blk) -> None:
     """A node's copies of the bound's global variables (`blk._g`: name -> variable)."""
     blk._g = {}
     for g in c.m._globals:
-        if c.copies:
+        if c.holds_copies(blk):
             lo, hi = c.mglob[g]
             setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
             blk._g[g] = getattr(blk, g)
@@ -417,14 +443,15 @@ def _bs_rows(c: _Build, blk, b: int) -> None:
 # ---------------------------------------------------------------------- DC s
 def _dc_convex(c: _Build, blk, s: int) -> None:
     """DC s's convex set: the I_s simplex (block form: every DC's copy; compact: DC 0's),
-    (block form) sum_b rho_nb <= 1 over its copies, and the ingress knapsack
+    (block form) sum_b rho_nb <= 1 over its copies (only where it holds them: over the
+    owners' variables it is UE n's own sum), and the ingress knapsack
     (`eqn: Server_capacity`)."""
     m, inst, Lu = c.m, c.inst, c.Lu
     blk.convex = pyo.Block()
     blk.coupling = pyo.Block()
     if c.copies or s == 0:
         blk.convex.Is_sum = pyo.Constraint(m.T, rule=lambda c_, t: sum(blk.Is[t, k] for k in m.S) == 1)
-    if c.copies:
+    if c.holds_copies(blk):
         blk.convex.rho_nb_sum = pyo.Constraint(
             m.T, m.N, rule=lambda c_, t, n: sum(blk.rho_nb[t, n, b] for b in Lu[n]) <= 1)
     blk.convex.ingress = pyo.Constraint(  # eqn: Server_capacity
@@ -519,10 +546,12 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
     rows: the names of the nodes ('ue0', 'bs3', 'dc1', as `node_blocks`) whose terms and
     coupling rows are built (default: every node), for a process that holds only those
-    nodes (an MPI rank of the decentralised solver). Every node still gets its variables,
-    copies and convex set, and `m.consensus` is complete (the shared variables, the
-    projection groups and the codec need them), and dc0's terms (the ML term reads its data
-    volumes), with the general bound every DPU's (it reads their data volumes); the shared terms
+    nodes (an MPI rank of the decentralised solver). Every node still gets its own variables
+    and its convex set (the shared variables, the projection groups and the codec need
+    them), and dc0's terms (the ML term reads its data volumes), with the general bound every
+    DPU's (it reads their data volumes); only the held nodes get copies (Vars, tied to their
+    owners by `m.consensus`): another node's copies index its owners' variables (nothing stored),
+    so the model holds no other process's copies; the shared terms
     (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj` are not: each
     held node's share is its `blk.cost` (block form only).
     """
@@ -532,6 +561,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     w = _checked_weights(inst, binaries, bound, fixed, weights)
     c = _new_model(inst, binaries=binaries, bound=bound, w=w, copies=copies,
                    delay_cap=delay_cap)
+    c.held = held
     m = c.m
     m.bs = pyo.Block(m.B)
     m.ue = pyo.Block(m.N)
@@ -591,35 +621,36 @@ def _lift_candidates(m) -> list:
     return out
 
 
+def _tie(copy, owner):
+    """The consensus row copy == owner; none where the copy is the owner's variable itself
+    (a Reference: a node that `build_problem(rows=)` does not hold)."""
+    return pyo.Constraint.Skip if copy is owner else copy == owner
+
+
 def _consensus(m) -> None:
     """G(w) = 0: every copy equals its owner's variable (paper eqn: local copy 1-2)."""
     cs = m.consensus
     own = m.dc[0]
     _Lu, _Lb, pairs, pairs_bn = m._links  # present UE-BS links only
-    cs.rho_nb_bs = pyo.Constraint(m.T, pairs, rule=lambda c, t, n, b: m.bs[b].rho_nb[t, n] == m.ue[n].rho[t, b])
+    cs.rho_nb_bs = pyo.Constraint(m.T, pairs, rule=lambda c, t, n, b: _tie(m.bs[b].rho_nb[t, n], m.ue[n].rho[t, b]))
     cs.rho_nb_dc = pyo.Constraint(m.T, pairs, m.S,
-                                  rule=lambda c, t, n, b, s: m.dc[s].rho_nb[t, n, b] == m.ue[n].rho[t, b])
-    cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].rho_bs[t, b] == m.bs[b].rho_bs[t, s])
+                                  rule=lambda c, t, n, b, s: _tie(m.dc[s].rho_nb[t, n, b], m.ue[n].rho[t, b]))
+    cs.rho_bs_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: _tie(m.dc[s].rho_bs[t, b], m.bs[b].rho_bs[t, s]))
     cs.eNBb_dc = pyo.Constraint(m.T, m.B, m.S,
-                                rule=lambda c, t, b, s: m.dc[s].eNBb[t, b] == m.bs[b].eNBb[t])
-    cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: m.dc[s].R[t, b] == m.bs[b].R[t, s])
-    cs.Ibn_bs = pyo.Constraint(m.T, pairs_bn, rule=lambda c, t, b, n: m.bs[b].Ibn[t, n] == m.ue[n].Ibn[t, b])
-    own = m.dc[0]
-    cs.Is_ue = pyo.Constraint(m.T, m.S, m.N, rule=lambda c, t, s, n: m.ue[n].Is[t, s] == own.Is[t, s])
-    cs.Is_bs = pyo.Constraint(m.T, m.S, m.B, rule=lambda c, t, s, b: m.bs[b].Is[t, s] == own.Is[t, s])
-    cs.Is_dc = pyo.Constraint(m.T, m.S, m.S, rule=lambda c, t, s, k: (
-        m.dc[k].Is[t, s] == own.Is[t, s]) if k != 0 else pyo.Constraint.Skip)
-    cs.dA_ue = pyo.Constraint(m.T, m.N, rule=lambda c, t, n: m.ue[n].dA[t] == own.dA[t])
-    cs.dA_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: m.bs[b].dA[t] == own.dA[t])
-    cs.dA_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: (m.dc[k].dA[t] == own.dA[t]) if k != 0
-                              else pyo.Constraint.Skip)
-    cs.dR_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: m.bs[b].dR[t] == own.dR[t])
-    cs.dR_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: (m.dc[k].dR[t] == own.dR[t]) if k != 0
-                              else pyo.Constraint.Skip)
+                                rule=lambda c, t, b, s: _tie(m.dc[s].eNBb[t, b], m.bs[b].eNBb[t]))
+    cs.R_dc = pyo.Constraint(m.T, m.B, m.S, rule=lambda c, t, b, s: _tie(m.dc[s].R[t, b], m.bs[b].R[t, s]))
+    cs.Ibn_bs = pyo.Constraint(m.T, pairs_bn, rule=lambda c, t, b, n: _tie(m.bs[b].Ibn[t, n], m.ue[n].Ibn[t, b]))
+    cs.Is_ue = pyo.Constraint(m.T, m.S, m.N, rule=lambda c, t, s, n: _tie(m.ue[n].Is[t, s], own.Is[t, s]))
+    cs.Is_bs = pyo.Constraint(m.T, m.S, m.B, rule=lambda c, t, s, b: _tie(m.bs[b].Is[t, s], own.Is[t, s]))
+    cs.Is_dc = pyo.Constraint(m.T, m.S, m.S, rule=lambda c, t, s, k: _tie(m.dc[k].Is[t, s], own.Is[t, s]))
+    cs.dA_ue = pyo.Constraint(m.T, m.N, rule=lambda c, t, n: _tie(m.ue[n].dA[t], own.dA[t]))
+    cs.dA_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: _tie(m.bs[b].dA[t], own.dA[t]))
+    cs.dA_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: _tie(m.dc[k].dA[t], own.dA[t]))
+    cs.dR_bs = pyo.Constraint(m.T, m.B, rule=lambda c, t, b: _tie(m.bs[b].dR[t], own.dR[t]))
+    cs.dR_dc = pyo.Constraint(m.T, m.S, rule=lambda c, t, k: _tie(m.dc[k].dR[t], own.dR[t]))
     for g in m._globals:
-        setattr(cs, f"{g}_ue", pyo.Constraint(m.N, rule=lambda c, n, g=g: getattr(m.ue[n], g) == getattr(own, g)))
-        setattr(cs, f"{g}_dc", pyo.Constraint(m.S, rule=lambda c, k, g=g: (
-            getattr(m.dc[k], g) == getattr(own, g)) if k != 0 else pyo.Constraint.Skip))
+        setattr(cs, f"{g}_ue", pyo.Constraint(m.N, rule=lambda c, n, g=g: _tie(m.ue[n]._g[g], own._g[g])))
+        setattr(cs, f"{g}_dc", pyo.Constraint(m.S, rule=lambda c, k, g=g: _tie(m.dc[k]._g[g], own._g[g])))
 
 
 def _dpu_epigraphs(m, blk, bound: str) -> None:

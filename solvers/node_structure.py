@@ -648,10 +648,11 @@ def _relax_indicators(inst: Instance, blocks: dict, assoc_bias: float) -> None:
     (1 - assoc_bias)/B_n + assoc_bias x the loaded value (a tie-break)."""
     n_links = [len(bs) for bs in inst.ue_links()]  # UE n's BSs (Instance.links)
     for name, blk in blocks.items():
-        for v in blk.Is.values():
-            v.set_value(1.0 / inst.S, skip_validation=True)
+        if not blk.Is.is_reference():   # a Reference: the owner's, moved at the owner
+            for v in blk.Is.values():
+                v.set_value(1.0 / inst.S, skip_validation=True)
         for comp in ("Inb", "Ibn"):
-            if hasattr(blk, comp):
+            if hasattr(blk, comp) and not getattr(blk, comp).is_reference():
                 for key, v in getattr(blk, comp).items():
                     n = blk.index() if name.startswith("ue") else key[1]
                     v.set_value((1.0 - assoc_bias) / n_links[n] + assoc_bias * float(v.value),
@@ -747,17 +748,23 @@ def _primaries(groups_raw: dict, sv: _SharedVariables) -> tuple[np.ndarray, np.n
     return in_group, primary
 
 
-def _members(sv: _SharedVariables, providers: list, primary: np.ndarray) -> list[np.ndarray]:
-    """Per shared variable: the nodes holding a copy of it or reading it, and its primary."""
-    need = [set() for _ in range(sv.n)]
-    for i in range(len(sv.variables)):
-        need[sv.comp_of[i]].add(int(sv.node_of[i]))
-    for d, pv in enumerate(providers):
-        for k in pv.comp:
-            need[k].add(d)
-    for k in range(sv.n):
-        need[k].add(int(primary[k]))
-    return [np.array(sorted(s), dtype=np.int64) for s in need]
+def _node_comps(sv: _SharedVariables, V: int) -> list[np.ndarray]:
+    """Per node: the shared variables of its variables (its own and its copies)."""
+    order = np.argsort(sv.node_of, kind="stable")
+    return np.split(sv.comp_of[order], np.cumsum(np.bincount(sv.node_of, minlength=V))[:-1])
+
+
+def _members(node_comps: list[np.ndarray], providers: list, primary: np.ndarray
+             ) -> list[np.ndarray]:
+    """Per shared variable: the nodes holding a copy of it or reading it, and its primary
+    (sorted)."""
+    n, V = len(primary), len(providers)
+    comp = np.concatenate([*node_comps, *(pv.comp for pv in providers), np.arange(n)])
+    node = np.concatenate([*(np.full(len(c), d) for d, c in enumerate(node_comps)),
+                           *(np.full(len(pv.comp), d) for d, pv in enumerate(providers)),
+                           primary]).astype(np.int64)
+    key = np.unique(comp.astype(np.int64) * V + node)
+    return np.split(key % V, np.cumsum(np.bincount(key // V, minlength=n))[:-1])
 
 
 def _scales(sv: _SharedVariables, groups_raw: dict, rr: np.ndarray, cc: np.ndarray,
@@ -836,8 +843,9 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     local, allgather (a process of a spread run, e.g. one MPI rank): the NLPs of the nodes in
     `local` only; every other node is a `RemoteNode` (its variables, rows and Jacobian
     pattern and values at w^0, from the process holding it by `allgather`: the same scales
-    and row norms as one process). Such a process builds the terms and rows of its own nodes
-    only (`build_problem(rows=)`)."""
+    and row norms as one process). Such a process builds the terms, rows and copies of its
+    own nodes only (`build_problem(rows=)`); the bounds over the copies and the nodes holding
+    each shared variable come from every process by the same `allgather`."""
     from cefl_opt import system
     t0 = time.perf_counter()
     held = None if local is None else [inst.node_names()[int(d)] for d in local]
@@ -862,9 +870,10 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
             sv.comp_of_var, lifts)
     for d in build:
         jac0[d] = providers[d].evaluate(sv.x0[providers[d].comp])[3]
+    node_comps = _node_comps(sv, len(names))
     if local is not None:
-        _fill_remote(providers, jac0, list(build), allgather)
-    members = _members(sv, providers, primary)
+        _fill_remote(providers, jac0, node_comps, sv, list(build), allgather)
+    members = _members(node_comps, providers, primary)
     K_rows = [len(pv.row_names) for pv in providers]
     row_ptr = np.concatenate([[0], np.cumsum(K_rows)]).astype(np.int64)
     K = int(row_ptr[-1])
@@ -880,7 +889,8 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
         members=members, row_host=np.repeat(np.arange(len(providers)), K_rows),
         row_names=[nm for pv in providers for nm in pv.row_names],
         force_rows=np.flatnonzero(np.concatenate([pv.forcing for pv in providers])),
-        row_ptr=row_ptr, x0=sv.x0, group_counts=counts, n_copies=len(sv.variables),
+        row_ptr=row_ptr, x0=sv.x0, group_counts=counts,
+        n_copies=sum(len(c) for c in node_comps),
         **_jacobian_pattern(providers, rr, cc, dd, scale, sv.n, K))
     st.idx = _shared_indices(m, sv.comp_of_var)
     st.epi_level, st.epi_dir = _epigraphs([sv.variables[r] for r in sv.roots])
@@ -906,19 +916,23 @@ class RemoteNode:
     hessian_diag = evaluate
 
 
-def _fill_remote(providers: list, jac0: list, built: list[int],
-                 allgather: Callable[[Any], list] | None) -> None:
-    """Every process sends its nodes' `RemoteNode` data and Jacobian values at w^0 to all
-    (one `allgather`); the nodes not built here become `RemoteNode`s."""
+def _fill_remote(providers: list, jac0: list, node_comps: list, sv: _SharedVariables,
+                 built: list[int], allgather: Callable[[Any], list] | None) -> None:
+    """Every process sends its nodes' `RemoteNode` data, Jacobian values at w^0 and the
+    shared variables of their variables, and the bounds of its variables, to all (one
+    `allgather`): the nodes not built here become `RemoteNode`s, and `sv.lo`, `sv.hi` the
+    tightest bounds over every process's copies."""
     if allgather is None:
         raise ValueError("build_structure(local=...) needs allgather")
     mine = {d: (RemoteNode(providers[d].name, providers[d].comp, providers[d].row_names,
                            providers[d].forcing, providers[d].jrow, providers[d].jcol),
-                jac0[d]) for d in built}
-    for part in allgather(mine):
-        for d, (node, jd) in part.items():
+                jac0[d], node_comps[d]) for d in built}
+    for part, lo, hi in allgather((mine, sv.lo, sv.hi)):
+        np.maximum(sv.lo, lo, out=sv.lo)
+        np.minimum(sv.hi, hi, out=sv.hi)
+        for d, (node, jd, comps) in part.items():
             if providers[d] is None:
-                providers[d], jac0[d] = node, jd
+                providers[d], jac0[d], node_comps[d] = node, jd, comps
     missing = [d for d, pv in enumerate(providers) if pv is None]
     if missing:
         raise ValueError(f"build_structure: no process built node(s) {missing[:5]}")

@@ -212,28 +212,56 @@ def test_bench_scale_per_rank_columns():
 
 
 def test_structure_with_local_nodes_equals_the_full_one():
-    """`build_structure(local=..., allgather=...)`: the NLPs of its own nodes only, the rest
-    from the other process (here: taken from a full build); the shared structure (scales, row
-    norms, Jacobian pattern, members) equals the full build's bit for bit; a remote node
-    refuses to be evaluated; a node no process built, or no allgather, is an error."""
+    """`build_structure(local=..., allgather=...)`: the NLPs, terms and copies of its own
+    nodes only, the rest from the other process (here: that process's real `allgather`
+    payload, captured); the shared structure (shared variables, bounds, scales, row norms,
+    Jacobian pattern, members, projection groups, w^0) equals the full build's bit for bit;
+    the model holds no copy of another process's node; a remote node refuses to be
+    evaluated; a node no process built, or no allgather, is an error."""
+    import pyomo.environ as pyo
+    from cefl_opt.models import node_blocks, node_variables
     from cefl_opt.solvers.node_structure import RemoteNode, build_structure
-    inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, seed=7102)
-    full = build_structure(inst)
-    V = full.n_nodes
-    mine = list(range(0, V, 2))
 
-    def others(d):
-        pv = full.providers[d]
-        return (RemoteNode(pv.name, pv.comp, pv.row_names, pv.forcing, pv.jrow, pv.jcol),
-                pv.evaluate(full.x0[pv.comp])[3])
-    part = build_structure(inst, local=mine, allgather=lambda m: [
-        m, {d: others(d) for d in range(1, V, 2)}])
-    for k in ("scale", "row_norm", "jac_rows", "jac_cols", "jac_indptr", "row_host", "lo", "hi",
-              "primary", "force_rows"):
-        assert np.array_equal(getattr(part, k), getattr(full, k)), k
-    assert part.row_names == full.row_names
-    assert all(np.array_equal(a, b) for a, b in zip(part.members, full.members))
-    assert all(isinstance(part.providers[d], RemoteNode) == (d % 2 == 1) for d in range(V))
+    class Sent(Exception):
+        pass
+
+    def capture(payload):
+        sent.append(payload)
+        raise Sent
+
+    for bound, seed in (("corollary", 7102), ("general", 7103)):
+        inst = make_instance("paper", ues=6, bss=3, dcs=2, rounds=2, seed=seed)
+        full = build_structure(inst, bound=bound)
+        V = full.n_nodes
+        mine, theirs = list(range(0, V, 2)), list(range(1, V, 2))
+        sent: list = []
+        with pytest.raises(Sent):
+            build_structure(inst, bound=bound, local=theirs, allgather=capture)
+        part = build_structure(inst, bound=bound, local=mine,
+                               allgather=lambda m: [m, sent[0]])
+        for k in ("x0", "scale", "row_norm", "jac_rows", "jac_cols", "jac_indptr", "row_host",
+                  "lo", "hi", "primary", "force_rows", "in_group", "epi_level", "epi_dir"):
+            assert np.array_equal(getattr(part, k), getattr(full, k)), (bound, k)
+        assert part.row_names == full.row_names and part.n_copies == full.n_copies
+        assert part.group_counts == full.group_counts
+        for a, b in zip(part.groups, full.groups):
+            assert all(np.array_equal(getattr(a, f), getattr(b, f))
+                       for f in ("idx", "lo", "hi", "total")) and a.eq == b.eq
+        assert all(np.array_equal(a, b) for a, b in zip(part.members, full.members))
+        assert all(np.array_equal(part.idx[k], full.idx[k]) if isinstance(full.idx[k], np.ndarray)
+                   else all(np.array_equal(x, y) for x, y in zip(part.idx[k], full.idx[k]))
+                   for k in full.idx)
+        assert all(isinstance(part.providers[d], RemoteNode) == (d % 2 == 1) for d in range(V))
+        # copies only at its own nodes: another node's variables are its owned ones
+        blocks = node_blocks(part.model)
+        full_blocks = node_blocks(full.model)
+        for d, (nm, blk) in enumerate(blocks.items()):
+            n_vars = len(node_variables(blk))
+            n_full = len(node_variables(full_blocks[nm]))
+            assert (n_vars == n_full) if d % 2 == 0 else n_vars < n_full, nm
+        n_ties = sum(1 for _ in part.model.consensus.component_data_objects(pyo.Constraint))
+        assert 0 < n_ties < sum(1 for _ in full.model.consensus.component_data_objects(
+            pyo.Constraint))
     with pytest.raises(RuntimeError, match="held by another process"):
         part.providers[1].evaluate(full.x0[part.providers[1].comp])
     with pytest.raises(ValueError, match=r"no process built node\(s\) \[1"):
