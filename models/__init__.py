@@ -3,11 +3,11 @@ from .codec import (GBIT, GHZ, KS, VariableIndex, clip_to_bounds, extract_soluti
                     load_solution)
 from .problem import (BINARY_MODES, BOUND_FORMS, EPIGRAPH_LEVELS, build_problem,
                       consensus_constraints, constraint_host, constraint_nodes, fix_binaries,
-                      is_forcing, node_blocks, node_constraints, node_variables, unfix_binaries,
-                      variable_owner_map)
+                      is_forcing, node_blocks, node_constraints, node_variables, tie_pairs,
+                      unfix_binaries, variable_owner_map)
 
 __all__ = ["BINARY_MODES", "BOUND_FORMS", "EPIGRAPH_LEVELS", "GBIT", "GHZ", "KS",
            "VariableIndex", "build_problem", "clip_to_bounds", "consensus_constraints",
            "constraint_host", "constraint_nodes", "extract_solution", "fix_binaries",
            "is_forcing", "load_solution", "node_blocks", "node_constraints", "node_variables",
-           "unfix_binaries", "variable_owner_map"]
+           "tie_pairs", "unfix_binaries", "variable_owner_map"]

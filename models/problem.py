@@ -151,6 +151,7 @@ def _new_model(inst: Instance, *, binaries: str, bound: str, w: dict[str, float]
     m._inst, m._bound, m._binaries, m._weights = inst, bound, binaries, w
     m._globals = _globals_for(bound)
     m._copies = copies
+    m._ties = []   # (a node's copy Var, its owner's variable by index): the rows of `_consensus`
     # UE-BS links (Instance.links): rho_nb, I_nb, I_bn and their rows exist on present links only
     Lu, Lb = inst.ue_links(), inst.bs_links()
     pairs = inst.link_pairs()                                  # (n, b), UE-major
@@ -250,6 +251,7 @@ def _copy(c: _Build, blk, name: str, index: tuple, target, **var_kw) -> None:
     Reference to the owner's (compact form)."""
     if c.holds_copies(blk):
         setattr(blk, name, pyo.Var(*index, **var_kw))
+        c.m._ties.append((getattr(blk, name), target))
     elif c.copies:
         setattr(blk, name, _OwnerView(target))
     else:
@@ -266,6 +268,7 @@ def _copy_globals(c: _Build, blk) -> None:
             lo, hi = c.mglob[g]
             setattr(blk, g, pyo.Var(bounds=(lo, hi), initialize=hi if hi is not None else 1.0))
             blk._g[g] = getattr(blk, g)
+            c.m._ties.append((blk._g[g], lambda g=g: getattr(c.own, g)))
         else:
             blk._g[g] = getattr(c.own, g)
 
@@ -549,9 +552,10 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     nodes (an MPI rank of the decentralised solver). Every node still gets its own variables
     and its convex set (the shared variables, the projection groups and the codec need
     them), and dc0's terms (the ML term reads its data volumes), with the general bound every
-    DPU's (it reads their data volumes); only the held nodes get copies (Vars, tied to their
-    owners by `m.consensus`): another node's copies index its owners' variables (nothing stored),
-    so the model holds no other process's copies; the shared terms
+    DPU's (it reads their data volumes); only the held nodes get copies (Vars): another
+    node's copies index its owners' variables (nothing stored), so the model holds no other
+    process's copies, and `m.consensus` is empty (`tie_pairs` gives the held copies' owners);
+    the shared terms
     (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj` are not: each
     held node's share is its `blk.cost` (block form only).
     """
@@ -581,7 +585,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                          else rules[:2] if name == "dc0" else rules[:keep]):
                 rule(c, blocks[i], i)
     m.consensus = pyo.Block()   # G(w) = 0
-    if copies:
+    if copies and held is None:
         _consensus(m)
     _objective(c, w, held)
     m._lifts = _lift_candidates(m) if copies else []
@@ -619,6 +623,16 @@ def _lift_candidates(m) -> list:
                         getattr(m, "ml_noise", None), getattr(m, "ml_local", None))
             if isinstance(c, pyo.Expression)]
     return out
+
+
+def tie_pairs(m) -> Iterable[tuple[Any, Any]]:
+    """(copy, owner) for every copy variable of the block form, the pairs of the consensus rows
+    copy == owner (`_consensus`), read from the model's record of its copies (no rows needed:
+    a model of `build_problem(rows=)` has none)."""
+    for comp, target in m._ties:
+        for key, v in comp.items():
+            yield v, (target() if key is None else
+                      target(*key) if isinstance(key, tuple) else target(key))
 
 
 def _tie(copy, owner):

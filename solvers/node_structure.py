@@ -50,7 +50,7 @@ import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
 from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_problem, is_forcing,
-                             load_solution, node_blocks, node_variables)
+                             load_solution, node_blocks, node_variables, tie_pairs)
 from cefl_opt.models.codec import rounds_from_values, take
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
@@ -126,6 +126,32 @@ def _lift_levels(reads: list[dict[int, Any]], lifts: dict[int, Any]
     for k in order:
         lev(k)
     return order, inner, level
+def _asl_nlp(model) -> tuple[Any, list, list]:
+    """PyNumero's ASL NLP of `model`, built as `PyomoNLP` builds it (the NL writer, then
+    `AslNLP` over the file), with the model's variables and constraints in the NLP's order.
+    The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and two
+    component maps: a third of a small node's memory)."""
+    import os
+    from pyomo.common.env import CtypesEnviron
+    from pyomo.common.tempfiles import TempfileManager
+    from pyomo.contrib.pynumero.interfaces.ampl_nlp import AslNLP
+    from pyomo.opt import WriterFactory
+    from pyomo.solvers.amplfunc_merge import amplfunc_merge
+    TempfileManager.push()
+    try:
+        nl_file = TempfileManager.create_tempfile(suffix="pynumero.nl")
+        _fname, smap = WriterFactory("nl")(model, nl_file, lambda x: True, {})
+        by_kind: dict[str, dict[int, Any]] = {"v": {}, "c": {}}
+        for sym, obj in smap.bySymbol.items():
+            if sym[0] in by_kind:
+                by_kind[sym[0]][int(sym[1:])] = obj
+        with CtypesEnviron(AMPLFUNC=amplfunc_merge(os.environ)):
+            nlp = AslNLP(nl_file)
+    finally:
+        TempfileManager.pop()
+    return nlp, *([d[i] for i in range(len(d))] for d in (by_kind["v"], by_kind["c"]))
+
+
 @dataclass
 class _Level:
     """One PyomoNLP over lifted sums a_j = E_j(w, lower a) (rows E_j <= 0; value = body - ub)."""
@@ -163,13 +189,14 @@ class NodeProvider:
         self._sub_of = {k: aux.a[j] for j, k in enumerate(keys)}
         self._aux_index = {id(aux.a[j]): j for j in range(len(keys))}
         self.name = name
-        self.nlp = self._outer_nlp(name, share, rows, reads)
+        self.nlp, nlp_vars, nlp_rows = self._outer_nlp(name, share, rows, reads)
         # the node's variables: the outer NLP's (not the lifts'), then the lifts' NLPs'
         self.variables: list = []
         self._vpos: dict[int, int] = {}
-        self._w_pos, self._aux_pos = self._positions(self.nlp)
+        self._w_pos, self._aux_pos = self._positions(nlp_vars)
         self.levels = self._level_nlps(name, keys, order, inner, level)
-        self._row_layout(rows, comp_of_var)
+        self._row_layout(rows, [rows[c.index() - 1] for c in nlp_rows], comp_of_var)
+        del self._aux, self._sub_of, self._aux_index, self._vpos   # the build's Pyomo side
         if not self.levels:
             jac = self.nlp.evaluate_jacobian()
             self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
@@ -186,21 +213,20 @@ class NodeProvider:
                                    remove_named_expressions=True)
 
     def _outer_nlp(self, name: str, share, rows: list, reads: list):
-        """The PyomoNLP over the node's objective share and coupling rows, written over the
-        auxiliary variables of the sums they read."""
-        from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
+        """The NLP over the node's objective share and coupling rows, written over the
+        auxiliary variables of the sums they read (`_asl_nlp`)."""
         sub = pyo.ConcreteModel(name=f"node {name}")
         sub.obj = pyo.Objective(expr=self._subst(share, reads[0]))
         sub.rows = pyo.ConstraintList()
         for c, r in zip(rows, reads[1:]):
             sub.rows.add(self._subst(c.expr, r))
-        return PyomoNLP(sub)
+        return _asl_nlp(sub)
 
-    def _positions(self, nlp) -> tuple[np.ndarray, np.ndarray]:
-        """Per NLP primal: its index among the node's variables (added on first sight) or -1,
-        and its lift index or -1."""
+    def _positions(self, nlp_vars: list) -> tuple[np.ndarray, np.ndarray]:
+        """Per NLP primal (`nlp_vars`, in the NLP's order): its index among the node's
+        variables (added on first sight) or -1, and its lift index or -1."""
         wp, ap = [], []
-        for v in nlp.get_pyomo_variables():
+        for v in nlp_vars:
             if id(v) in self._aux_index:
                 wp.append(-1)
                 ap.append(self._aux_index[id(v)])
@@ -214,8 +240,7 @@ class NodeProvider:
 
     def _level_nlps(self, name: str, keys: list, order: dict, inner: dict,
                     level: dict) -> list[_Level]:
-        """One PyomoNLP per nesting level of the lifted sums (rows a_j's definitions)."""
-        from pyomo.contrib.pynumero.interfaces.pyomo_nlp import PyomoNLP
+        """One NLP per nesting level of the lifted sums (rows a_j's definitions)."""
         levels: list[_Level] = []
         for lv in sorted(set(level.values())):
             ks = [k for k in keys if level[k] == lv]
@@ -224,22 +249,20 @@ class NodeProvider:
             ls.rows = pyo.ConstraintList()
             for k in ks:
                 ls.rows.add(self._subst(order[k].expr, inner[k]) <= 0)
-            nlp = PyomoNLP(ls)
-            out = np.array([keys.index(ks[c.index() - 1]) for c in nlp.get_pyomo_constraints()],
-                           dtype=np.int64)
-            wp, ap = self._positions(nlp)
+            nlp, nlp_vars, nlp_rows = _asl_nlp(ls)
+            out = np.array([keys.index(ks[c.index() - 1]) for c in nlp_rows], dtype=np.int64)
+            wp, ap = self._positions(nlp_vars)
             levels.append(_Level(nlp=nlp, out=out, ub=np.asarray(nlp.constraints_ub(), float),
                                  w_pos=wp, aux_pos=ap))
         return levels
 
-    def _row_layout(self, rows: list, comp_of_var: dict[int, int]) -> None:
+    def _row_layout(self, rows: list, ordered: list, comp_of_var: dict[int, int]) -> None:
         """Shared-variable index of each node variable; name, forcing flag and sign (rows as
-        sign * (body - rhs) <= 0) of each coupling row in the NLP's order."""
+        sign * (body - rhs) <= 0) of each coupling row in the NLP's order (`ordered`)."""
         name = self.name
         self.comp = np.array([comp_of_var[id(v)] for v in self.variables], dtype=np.int64)
-        self.row_names = [rows[c.index() - 1].name for c in self.nlp.get_pyomo_constraints()]
-        self.forcing = np.array([is_forcing(rows[c.index() - 1])
-                                 for c in self.nlp.get_pyomo_constraints()], dtype=bool)
+        self.row_names = [c.name for c in ordered]
+        self.forcing = np.array([is_forcing(c) for c in ordered], dtype=bool)
         lb, ub = np.asarray(self.nlp.constraints_lb()), np.asarray(self.nlp.constraints_ub())
         if np.any(np.isfinite(lb) & np.isfinite(ub)):
             raise ValueError(f"node {name}: a coupling row has two finite bounds")
@@ -678,7 +701,8 @@ class _SharedVariables:
 
 
 def _shared_variables(m, blocks: dict) -> _SharedVariables:
-    """Every copy tied by `m.consensus` (copy == owner) is one shared variable."""
+    """Every copy tied to its owner (copy == owner, `models.tie_pairs`: the rows of
+    `m.consensus`) is one shared variable."""
     variables, node_of = [], []
     for d, blk in enumerate(blocks.values()):
         vs = node_variables(blk)
@@ -687,9 +711,8 @@ def _shared_variables(m, blocks: dict) -> _SharedVariables:
     node_of = np.array(node_of, dtype=np.int64)
     vindex = {id(v): i for i, v in enumerate(variables)}
     owner_of = np.arange(len(variables))
-    for c in m.consensus.component_data_objects(pyo.Constraint, active=True):
-        lhs, rhs = c.expr.args   # the rhs is the owner
-        owner_of[vindex[id(lhs)]] = vindex[id(rhs)]
+    for copy, owner in tie_pairs(m):
+        owner_of[vindex[id(copy)]] = vindex[id(owner)]
     roots, comp_of = np.unique(owner_of, return_inverse=True)
     n = len(roots)
     x0 = np.array([float(variables[r].value) for r in roots])

@@ -1,12 +1,13 @@
 """`build_problem(rows=)`: a process that holds some nodes builds their terms, coupling rows
 and copies only; every node keeps its own variables and its convex set (over the owners'
-variables where the node is not held), and the consensus ties exactly the held copies."""
+variables where the node is not held); the copies' owners are read from `tie_pairs`, not from
+consensus rows."""
 from __future__ import annotations
 
 import pyomo.environ as pyo
 import pytest
 
-from cefl_opt.models import build_problem, node_blocks
+from cefl_opt.models import build_problem, node_blocks, tie_pairs
 
 from conftest import hand_instance
 
@@ -54,9 +55,14 @@ def test_held_nodes_get_the_full_models_rows_and_the_others_none(bound, with_dc0
             pyo.Constraint)) if "rho_nb_sum" not in c.name]
         assert convex(pb[nm], False) == want and want
         assert _rows(pb[nm]) == {} and not hasattr(pb[nm], "cost")
-    held_ties = [c for c in ties if c.expr.args[0].parent_block().parent_block() is not None
-                 and any(c.expr.args[0].name.startswith(f"{nm[:2]}[{nm[2:]}].") for nm in held)]
-    assert len(list(part.consensus.component_data_objects(pyo.Constraint))) == len(held_ties) > 0
+    # the record of the copies is the consensus rows, in the full model; a part's is the
+    # held nodes' rows (by name) and it has no rows
+    assert sorted((a.name, b.name) for a, b in tie_pairs(full)) \
+        == sorted((c.expr.args[0].name, c.expr.args[1].name) for c in ties)
+    held_ties = sorted((c.expr.args[0].name, c.expr.args[1].name) for c in ties
+                       if any(c.expr.args[0].name.startswith(f"{nm[:2]}[{nm[2:]}].") for nm in held))
+    assert sorted((a.name, b.name) for a, b in tie_pairs(part)) == held_ties and held_ties
+    assert not list(part.consensus.component_data_objects(pyo.Constraint))
     sol = reference_solution(tiny)
     load_solution(full, sol)
     load_solution(part, sol)

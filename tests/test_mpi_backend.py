@@ -259,9 +259,7 @@ def test_structure_with_local_nodes_equals_the_full_one():
             n_vars = len(node_variables(blk))
             n_full = len(node_variables(full_blocks[nm]))
             assert (n_vars == n_full) if d % 2 == 0 else n_vars < n_full, nm
-        n_ties = sum(1 for _ in part.model.consensus.component_data_objects(pyo.Constraint))
-        assert 0 < n_ties < sum(1 for _ in full.model.consensus.component_data_objects(
-            pyo.Constraint))
+        assert not list(part.model.consensus.component_data_objects(pyo.Constraint))
     with pytest.raises(RuntimeError, match="held by another process"):
         part.providers[1].evaluate(full.x0[part.providers[1].comp])
     with pytest.raises(ValueError, match=r"no process built node\(s\) \[1"):
