@@ -48,10 +48,11 @@ structure are the same with or without them.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyomo.environ as pyo
@@ -152,6 +153,7 @@ def _new_model(inst: Instance, *, binaries: str, bound: str, w: dict[str, float]
     m._globals = _globals_for(bound)
     m._copies = copies
     m._ties = []   # (a node's copy Var, its owner's variable by index): the rows of `_consensus`
+    m._pending = {}   # node name -> its terms and rows still to build (`build_node_rows`)
     # UE-BS links (Instance.links): rho_nb, I_nb, I_bn and their rows exist on present links only
     Lu, Lb = inst.ue_links(), inst.bs_links()
     pairs = inst.link_pairs()                                  # (n, b), UE-major
@@ -533,7 +535,7 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                   weights: dict[str, float] | None = None,
                   fixed: Sequence[RoundDecision] | Solution | None = None,
                   copies: bool = True, delay_cap: float | None = None,
-                  rows: Iterable[str] | None = None) -> pyo.ConcreteModel:
+                  rows: Iterable[str] | None = None, defer: bool = False) -> pyo.ConcreteModel:
     """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
 
     binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
@@ -558,6 +560,9 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     the shared terms
     (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj` are not: each
     held node's share is its `blk.cost` (block form only).
+    defer (with `rows`): the held nodes' terms, coupling rows and cost (dc0's excepted) are
+    built later, one node at a time, by `build_node_rows` (a process that builds a node's NLP
+    and then drops its rows, `drop_node_terms`, holds one node's Pyomo rows at a time).
     """
     inst = validated(inst)
     held = _held_nodes(inst, rows, copies)
@@ -581,9 +586,12 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                                      ("dc", m.S, m.dc, (_dc_convex, _dc_terms, _dc_rows))):
         for i in idx:
             name = f"{kind}{i}"
-            for rule in (rules if held is None or name in held
-                         else rules[:2] if name == "dc0" else rules[:keep]):
-                rule(c, blocks[i], i)
+            todo = (rules if held is None or name in held
+                    else rules[:2] if name == "dc0" else rules[:keep])
+            if defer and held is not None and name in held and name != "dc0":
+                m._pending[name] = functools.partial(_run_rules, c, todo[keep:], blocks[i], i)
+                todo = todo[:keep]
+            _run_rules(c, todo, blocks[i], i)
     m.consensus = pyo.Block()   # G(w) = 0
     if copies and held is None:
         _consensus(m)
@@ -592,6 +600,19 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     if binaries == "fixed":
         fix_binaries(m, fixed)
     return m
+
+
+def _run_rules(c: _Build, rules: Sequence[Callable], blk, i: int) -> None:
+    for rule in rules:
+        rule(c, blk, i)
+
+
+def build_node_rows(m, name: str) -> None:
+    """Build the terms, coupling rows and cost of held node `name` of a model of
+    `build_problem(rows=..., defer=True)` now (once); nothing for a node built already."""
+    job = m._pending.pop(name, None)
+    if job is not None:
+        job()
 
 
 def _held_nodes(inst: Instance, rows: Iterable[str] | None, copies: bool) -> set[str] | None:
@@ -615,14 +636,22 @@ def _lift_candidates(m) -> list:
     the general bound's noise and local sums). Each is a sum of small terms, but a nonlinear
     function of it (sqrt(gbar), gamma m D_s / z) gets a dense Hessian block over all its
     variables from the AMPL Solver Library; with the sum as an internal variable it does not."""
-    out = [m.bs[b].D for b in m.B if hasattr(m.bs[b], "D")]   # absent: not in `rows`
-    for s in m.S:
-        out += [c for c in (getattr(m.dc[s], "Db", None), getattr(m.dc[s], "D", None))
-                if c is not None]
+    out = [c for blk in list(m.bs.values()) + list(m.dc.values()) for c in node_lifts(blk)]
     out += [c for c in (m.gbar, getattr(m.dc[0], "gsum", None), m.vartheta_b,
                         getattr(m, "ml_noise", None), getattr(m, "ml_local", None))
             if isinstance(c, pyo.Expression)]
     return out
+
+
+def drop_node_terms(blk) -> None:
+    """Delete node block `blk`'s terms, coupling rows and cost (its Expressions and
+    `blk.coupling`), keeping its variables and convex set: for a process that has built the
+    node's NLP and reads the Pyomo rows no more (`solvers.node_structure.build_structure` under
+    `local=`)."""
+    for comp in list(blk.component_objects(pyo.Expression, descend_into=False)):
+        blk.del_component(comp)
+    if hasattr(blk, "coupling"):
+        blk.del_component(blk.coupling)
 
 
 def tie_pairs(m) -> Iterable[tuple[Any, Any]]:
@@ -633,6 +662,13 @@ def tie_pairs(m) -> Iterable[tuple[Any, Any]]:
         for key, v in comp.items():
             yield v, (target() if key is None else
                       target(*key) if isinstance(key, tuple) else target(key))
+
+
+def node_lifts(blk) -> list:
+    """The named sums of node block `blk` among `_lift_candidates`: a BS's data volume D, a
+    DC's Db and D (those built: a node not held has none)."""
+    names = {"bs": ("D",), "dc": ("Db", "D")}.get(blk.parent_component().local_name, ())
+    return [getattr(blk, k) for k in names if hasattr(blk, k)]
 
 
 def _tie(copy, owner):

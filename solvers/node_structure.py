@@ -49,8 +49,9 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_problem, is_forcing,
-                             load_solution, node_blocks, node_variables, tie_pairs)
+from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_node_rows, build_problem,
+                             drop_node_terms, is_forcing, load_solution, node_blocks, node_lifts,
+                             node_variables, tie_pairs)
 from cefl_opt.models.codec import rounds_from_values, take
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
@@ -655,15 +656,14 @@ class DecStructure:
         return Solution(rounds=rounds, method=method, status=status)
 
 
-def _node_shares(m) -> dict[str, Any]:
-    """Objective share per node: xi3 * energy of its block; dc[0] (owner of the global
-    variables) also hosts the delay and ML terms. (tests: the shares add up to m.obj)."""
+def _node_share(m, name: str, blk):
+    """Node `name`'s objective share: xi3 * the energy of its block; dc[0] (owner of the
+    global variables) also hosts the delay and ML terms (tests: the shares add up to m.obj)."""
     w = m._weights
-    shares = {nm: w["xi3"] * blk.cost for nm, blk in node_blocks(m).items()
-              if hasattr(blk, "cost")}        # the nodes `build_problem(rows=)` built
-    if "dc0" in shares:
-        shares["dc0"] = shares["dc0"] + w["xi2"] * m.delay_term + w["xi1"] * m.ml_term
-    return shares
+    share = w["xi3"] * blk.cost
+    if name == "dc0":
+        share = share + w["xi2"] * m.delay_term + w["xi1"] * m.ml_term
+    return share
 
 
 def _relax_indicators(inst: Instance, blocks: dict, assoc_bias: float) -> None:
@@ -872,7 +872,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     from cefl_opt import system
     t0 = time.perf_counter()
     held = None if local is None else [inst.node_names()[int(d)] for d in local]
-    m = build_problem(inst, binaries="relaxed", bound=bound, rows=held)
+    m = build_problem(inst, binaries="relaxed", bound=bound, rows=held, defer=held is not None)
     w0 = init if init is not None else system.reference_solution(inst)
     load_solution(m, w0)
     blocks = node_blocks(m)
@@ -881,16 +881,20 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     sv = _shared_variables(m, blocks)
     groups_raw = _convex_groups(blocks, sv)
     in_group, primary = _primaries(groups_raw, sv)
-    shares = _node_shares(m)
     lifts = {id(e): e for comp in getattr(m, "_lifts", []) for e in comp.values()}
     names = list(blocks)
     build = range(len(names)) if local is None else [int(d) for d in local]
     providers: list = [None] * len(names)
     jac0: list = [None] * len(names)
-    for d in build:
-        providers[d] = NodeProvider(names[d], shares[names[d]], list(
-            blocks[names[d]].coupling.component_data_objects(pyo.Constraint, active=True)),
+    for d in build:   # a spread run: one node's Pyomo rows at a time, read by its NLP only
+        blk = blocks[names[d]]
+        build_node_rows(m, names[d])
+        lifts.update({id(e): e for comp in node_lifts(blk) for e in comp.values()})
+        providers[d] = NodeProvider(names[d], _node_share(m, names[d], blk), list(
+            blk.coupling.component_data_objects(pyo.Constraint, active=True)),
             sv.comp_of_var, lifts)
+        if local is not None:
+            drop_node_terms(blk)
     for d in build:
         jac0[d] = providers[d].evaluate(sv.x0[providers[d].comp])[3]
     node_comps = _node_comps(sv, len(names))

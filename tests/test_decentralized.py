@@ -145,8 +145,10 @@ def test_live_entries_are_the_rows_dependencies_with_the_indicators_fixed(small1
 def _unlifted_structure(inst, bound, monkeypatch):
     """The same structure with every sum left inside its functions (no lifted sums)."""
     import cefl_opt.models.problem as problem
+    from cefl_opt.solvers import node_structure
     with monkeypatch.context() as mp:
         mp.setattr(problem, "_lift_candidates", lambda m: [])
+        mp.setattr(node_structure, "node_lifts", lambda blk: [])
         return build_structure(inst, bound=bound)
 
 

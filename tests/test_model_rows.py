@@ -87,3 +87,28 @@ def test_bad_rows_are_refused(rows, copies, match):
     tiny = hand_instance()
     with pytest.raises(ValueError, match=match):
         build_problem(tiny, rows=rows, copies=copies)
+
+
+def test_deferred_rows_are_built_one_node_at_a_time():
+    """`build_problem(rows=, defer=True)`: a held node (dc0 excepted: the step row follows its
+    rows) has no terms or rows until `build_node_rows`, which builds the full model's, once;
+    `drop_node_terms` removes them again and keeps the variables and convex set."""
+    from cefl_opt.models import build_node_rows, drop_node_terms
+    tiny = hand_instance()
+    held = ["ue0", "bs0", "dc0", f"dc{tiny.S - 1}"]
+    full = build_problem(tiny)
+    part = build_problem(tiny, rows=held, defer=True)
+    fb, pb = node_blocks(full), node_blocks(part)
+    assert _rows(pb["dc0"]) == _rows(fb["dc0"])
+    for nm in ("ue0", "bs0", f"dc{tiny.S - 1}"):
+        assert _rows(pb[nm]) == {} and not hasattr(pb[nm], "cost")
+        build_node_rows(part, nm)
+        build_node_rows(part, nm)
+        assert _rows(pb[nm]) == _rows(fb[nm]) and _rows(pb[nm])
+        assert str(pb[nm].cost.expr) == str(fb[nm].cost.expr)
+        n_vars = len(_vars(pb[nm]))
+        drop_node_terms(pb[nm])
+        assert not hasattr(pb[nm], "coupling") and not hasattr(pb[nm], "cost")
+        assert len(_vars(pb[nm])) == n_vars and hasattr(pb[nm], "convex")
+    build_node_rows(part, "ue1")   # not held: nothing to build
+    assert _rows(pb["ue1"]) == {}
