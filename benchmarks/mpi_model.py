@@ -95,10 +95,10 @@ def partition_summary(inst, ranks: int) -> dict:
     """W_max, W_total, E_max (the largest cut of a rank), the rank graph's diameter and the
     largest rank's neighbour count for the METIS partition of `inst` over `ranks`."""
     from cefl_opt.solvers.dec_comm import graph_adjacency
-    from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
+    from cefl_opt.solvers.mpi_backend import node_weights, node_work, partition_nodes
     work = node_work(inst)
     adj = graph_adjacency(inst.graph(), inst.node_names())
-    parts = partition_nodes(adj, ranks, work)
+    parts = partition_nodes(adj, ranks, node_weights(inst))
     loads, nbrs = rank_loads(adj, parts, work)
     return {"ranks": ranks, "W_total": int(work.sum()), "W_max": int(loads.work.max()),
             "E_max": int(loads.cut_edges.max()), "diameter": rank_diameter(nbrs),
@@ -194,14 +194,14 @@ def read_scale_csvs(paths: list[Path]) -> pd.DataFrame:
 def _two_loads(r, seed: int, csv: str) -> pd.DataFrame:
     """`rank_loads` of the 2-way METIS partition of row r's instance (regenerated)."""
     from cefl_opt.solvers.dec_comm import graph_adjacency
-    from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
+    from cefl_opt.solvers.mpi_backend import node_weights, node_work, partition_nodes
     inst = _instance(r, seed)
     work = node_work(inst)
     if int(work.sum()) != int(r.vars_block):
         raise InputError(f"{csv}: field 'vars_block': {r.vars_block} at size {r['size']} is "
                          f"not the regenerated instance's {work.sum()} (preset paper, T = 2)")
     adj = graph_adjacency(inst.graph(), inst.node_names())
-    return rank_loads(adj, partition_nodes(adj, 2, work), work)[0]
+    return rank_loads(adj, partition_nodes(adj, 2, node_weights(inst)), work)[0]
 
 
 def _two_rank_rows(two_rows: pd.DataFrame, seed: int, csv: str) -> pd.DataFrame:

@@ -781,7 +781,7 @@ def _accounting(info: dict) -> "DecentralizedAccounting":
 def make_comm(inst: Instance, backend: str, method: str) -> Comm | None:
     """The message passing of `backend`: None for "local" (`solve_decentralized` builds its
     `LocalComm`); for "mpi" an `MpiComm` over the processes of this MPI launch (METIS
-    partition weighted by `node_work`; outside mpiexec, or with more processes than nodes, a
+    partition balancing `node_weights`: work and memory; outside mpiexec, or with more processes than nodes, a
     ValueError on every process before any message)."""
     if backend == "local":
         return None
@@ -790,14 +790,14 @@ def make_comm(inst: Instance, backend: str, method: str) -> Comm | None:
     if method != "decentralized":
         raise ValueError(f"option '--backend mpi' runs method 'decentralized' only, not "
                          f"{method!r}")
-    from .mpi_backend import MpiComm, mpi_world, node_work
+    from .mpi_backend import MpiComm, mpi_world, node_weights
     world = mpi_world()
     names = inst.node_names()
     if world.Get_size() > len(names):
         raise ValueError(f"option '--backend mpi': {world.Get_size()} MPI ranks for "
                          f"{len(names)} network nodes: use at most {len(names)} ranks (each "
                          f"rank needs at least one node)")
-    return MpiComm(inst.graph(), names, world=world, weights=node_work(inst), missing=0.0)
+    return MpiComm(inst.graph(), names, world=world, weights=node_weights(inst), missing=0.0)
 
 
 def info_rank(comm: Comm | None) -> int:

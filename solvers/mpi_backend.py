@@ -2,8 +2,8 @@
 
 `MpiComm` implements `dec_comm.Comm` over mpi4py: the network nodes are partitioned over the
 ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph neighbours stay
-together, the parts' work is balanced), each rank holds and computes its own nodes only
-(`local_nodes`), and messages between nodes on different ranks travel over a
+together, the parts' work and memory are balanced: `node_weights`), each rank holds and
+computes its own nodes only (`local_nodes`), and messages between nodes on different ranks travel over a
 distributed-graph communicator whose edges are the rank pairs that share a graph edge
 (`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
 nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
@@ -57,8 +57,8 @@ import scipy.sparse as sp
 
 from .dec_comm import Comm, RelayPlan, cached_on_plan
 
-__all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_work", "partition_nodes",
-           "under_mpiexec"]
+__all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_memory", "node_weights", "node_work",
+           "partition_nodes", "under_mpiexec"]
 
 _PM_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD",
             "MPI_LOCALNRANKS")
@@ -116,11 +116,33 @@ def node_work(inst) -> np.ndarray:
     return np.concatenate([ue, bs, np.full(S, dc)]).astype(np.int64)
 
 
+def node_memory(inst) -> np.ndarray:
+    """Relative memory of each node (ue*, bs*, dc* order) on the rank that holds it: its
+    variables (`node_work`) plus 4 per nonlinear term of its rows and share, which the AMPL
+    library holds per term (about 2 kB, against about 0.5 kB per Pyomo variable). A UE's
+    delay row and energy each have a term per (link, DC) pair, so UEs weigh far more here
+    than in `node_work`."""
+    T, N, B, S = inst.T, inst.N, inst.B, inst.S
+    nl = np.array([len(x) for x in inst.ue_links()])
+    nb = np.array([len(x) for x in inst.bs_links()])
+    terms = np.concatenate([T * (2 * nl * S + 3 * nl + 6), T * (3 * S + 2 * nb),
+                            np.full(S, T * (3 * B + 2 * S + 8))])
+    return node_work(inst) + 4 * terms.astype(np.int64)
+
+
+def node_weights(inst) -> np.ndarray:
+    """(V, 2): `node_work` and `node_memory`, the two loads `partition_nodes` weighs."""
+    return np.stack([node_work(inst), node_memory(inst)], axis=1)
+
+
 def partition_nodes(adj: Sequence[np.ndarray], nparts: int,
                     weights: np.ndarray | None = None) -> np.ndarray:
     """Rank of every node: METIS k-way partition of the communication graph (pymetis) that
     keeps graph neighbours together (minimal edge cut) and balances the summed `weights`
-    (default: one per node). Every part gets at least one node. Deterministic."""
+    (default: one per node). With (V, k) weights (k loads, e.g. `node_weights`): of the
+    partitions balancing each load and the sum of the loads as fractions of their totals, the
+    one whose largest share of any load on one rank is the smallest (the first on ties).
+    Every part gets at least one node. Deterministic."""
     V = len(adj)
     if nparts < 1:
         raise ValueError(f"number of ranks must be >= 1, got {nparts}")
@@ -129,8 +151,21 @@ def partition_nodes(adj: Sequence[np.ndarray], nparts: int,
                          f"(each rank needs at least one node)")
     if nparts == 1:
         return np.zeros(V, dtype=np.int64)
-    import pymetis
     w = np.ones(V, dtype=np.int64) if weights is None else np.asarray(weights, np.int64)
+    if w.ndim == 1:
+        return _metis_parts(adj, nparts, w)
+    frac = w / np.maximum(w.sum(axis=0), 1)
+    cands = [w[:, j] for j in range(w.shape[1])] + [np.maximum(
+        np.rint(frac.sum(axis=1) * 1e9), 1).astype(np.int64)]
+    parts = [_metis_parts(adj, nparts, c) for c in cands]
+    worst = [max(np.bincount(p, weights=frac[:, j], minlength=nparts).max()
+                 for j in range(w.shape[1])) for p in parts]
+    return parts[int(np.argmin(worst))]
+
+
+def _metis_parts(adj: Sequence[np.ndarray], nparts: int, w: np.ndarray) -> np.ndarray:
+    """`partition_nodes` for one load `w` (V,)."""
+    import pymetis
     opts = pymetis.Options(seed=0)
     _cut, parts = pymetis.part_graph(nparts, adjacency=[a.tolist() for a in adj],
                                      vweights=w.tolist(), options=opts)

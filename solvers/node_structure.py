@@ -197,6 +197,7 @@ class NodeProvider:
         self._w_pos, self._aux_pos = self._positions(nlp_vars)
         self.levels = self._level_nlps(name, keys, order, inner, level)
         self._row_layout(rows, [rows[c.index() - 1] for c in nlp_rows], comp_of_var)
+        self.n_vars = len(self.variables)
         del self._aux, self._sub_of, self._aux_index, self._vpos   # the build's Pyomo side
         if not self.levels:
             jac = self.nlp.evaluate_jacobian()
@@ -273,7 +274,7 @@ class NodeProvider:
     def _compose_sparsity(self) -> None:
         """Fixed sparsity of d(lifts)/dw (M, level by level) and of the rows' Jacobian in w,
         with the gathers that compose their values from the NLPs' Jacobian data."""
-        nv = len(self.variables)
+        nv = self.n_vars
         mrow, mcol = np.zeros(0, np.int64), np.zeros(0, np.int64)
         start = np.zeros(self.n_lifts, np.int64)
         end = np.zeros(self.n_lifts, np.int64)
@@ -306,7 +307,7 @@ class NodeProvider:
         (row = NLP primal, column = node variable, value 1 or an entry of M), and every
         triple (Hessian entry (r, c), P entry (r, j), P entry (c, j)); then the diagonal is
         one bincount over the triples. Also the Jacobians' (row, col) for J^T y."""
-        nv = len(self.variables)
+        nv = self.n_vars
         start, end = self._mrange
         plan = []
         for nlp, w_pos, aux_pos in [(self.nlp, self._w_pos, self._aux_pos)] + \
@@ -407,7 +408,7 @@ class NodeProvider:
         md = self._lifted_at(x_local)
         if self._dplan is None:
             self._dplan = self._diag_plan()
-        nv = len(self.variables)
+        nv = self.n_vars
 
         def quad_diag(pl) -> np.ndarray:    # diag(P^T H P) over the plan's triples
             hd = pl["nlp"].evaluate_hessian_lag(out=pl["H"]).data
@@ -451,9 +452,9 @@ class NodeProvider:
         g = np.asarray(nlp.evaluate_grad_objective(), float)
         if self.levels:
             wp, gp, gm = self._grec
-            g = (np.bincount(self._w_pos[wp], weights=g[wp], minlength=len(self.variables))
+            g = (np.bincount(self._w_pos[wp], weights=g[wp], minlength=self.n_vars)
                  + np.bincount(self._mcol[gm], weights=g[gp] * md[gm],
-                               minlength=len(self.variables)))
+                               minlength=self.n_vars))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
             jd = np.asarray(nlp.evaluate_jacobian().data, float)
@@ -482,7 +483,7 @@ class DecStructure:
     """Everything the SCA / inner loops need, built once (module docstring)."""
     inst: Instance
     bound: str
-    model: Any
+    model: Any                      # the block model (None in a process of a spread run)
     node_names: list[str]
     providers: list[NodeProvider]
     n: int                          # shared variables
@@ -888,13 +889,14 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     jac0: list = [None] * len(names)
     for d in build:   # a spread run: one node's Pyomo rows at a time, read by its NLP only
         blk = blocks[names[d]]
-        build_node_rows(m, names[d])
-        lifts.update({id(e): e for comp in node_lifts(blk) for e in comp.values()})
+        build_node_rows(m, names[d])   # with its lifted sums (the node's own)
+        own = {id(e): e for comp in node_lifts(blk) for e in comp.values()}
         providers[d] = NodeProvider(names[d], _node_share(m, names[d], blk), list(
             blk.coupling.component_data_objects(pyo.Constraint, active=True)),
-            sv.comp_of_var, lifts)
+            sv.comp_of_var, {**lifts, **own})
         if local is not None:
             drop_node_terms(blk)
+            providers[d].variables = None   # no Pyomo object kept: `st.model` is None
     for d in build:
         jac0[d] = providers[d].evaluate(sv.x0[providers[d].comp])[3]
     node_comps = _node_comps(sv, len(names))
@@ -911,7 +913,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
     ulo, uhi = sv.lo / scale, sv.hi / scale
     groups, counts = _group_batches(groups_raw, scale, ulo, uhi, in_group)
     st = DecStructure(
-        inst=inst, bound=bound, model=m, node_names=list(blocks), providers=providers, n=sv.n,
+        inst=inst, bound=bound, model=m if local is None else None, node_names=list(blocks), providers=providers, n=sv.n,
         primary=primary, scale=scale, lo=ulo, hi=uhi, groups=groups, in_group=in_group >= 0,
         members=members, row_host=np.repeat(np.arange(len(providers)), K_rows),
         row_names=[nm for pv in providers for nm in pv.row_names],

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import mpi_model as mm
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.dec_comm import graph_adjacency
-from cefl_opt.solvers.mpi_backend import node_work, partition_nodes
+from cefl_opt.solvers.mpi_backend import node_weights, node_work, partition_nodes
 
 TRUE = mm.Fit(c=2e-8, x2=2.25, p=96.0, alpha=3e-5, beta=4e-10, inner_a=40.0, inner_k=0.6,
               rss_base=150.0, rss_own=0.004, rss_all=0.03,
@@ -41,7 +41,7 @@ def test_partition_summary_equals_a_brute_force_count(ranks):
     inst = make_instance("paper", ues=20, bss=10, dcs=5, rounds=2, seed=7101)
     names = inst.node_names()
     work = node_work(inst)
-    parts = partition_nodes(graph_adjacency(inst.graph(), names), ranks, work)
+    parts = partition_nodes(graph_adjacency(inst.graph(), names), ranks, node_weights(inst))
     owner = dict(zip(names, parts))
     w = {r: sum(int(work[i]) for i in range(len(names)) if parts[i] == r) for r in range(ranks)}
     cut = {r: 0 for r in range(ranks)}
@@ -132,7 +132,7 @@ def _csv(tmp_path, fit: mm.Fit, with_two: bool = True):
             if not with_two:
                 continue
             adj = graph_adjacency(inst.graph(), inst.node_names())
-            loads, _ = mm.rank_loads(adj, partition_nodes(adj, 2, work), work)
+            loads, _ = mm.rank_loads(adj, partition_nodes(adj, 2, node_weights(inst)), work)
             row = {**base, "measure": meas, "ranks": 2, "inner_iterations": it,
                    "s_per_inner": float(mm.t_inner(fit, loads.work.max(), fit.x2,
                                                    fit.p * loads.cut_edges.max()))}
