@@ -121,7 +121,7 @@ class _Build:
 
     def holds_copies(self, blk) -> bool:
         """Whether node block `blk` gets its own copies (block form, a node this process
-        holds); otherwise each copy is a Reference to the owner's variable."""
+        holds); otherwise each copy is the owner's variable (`_copy`)."""
         name = f"{blk.parent_component().local_name}{blk.index()}"
         return self.copies and (self.held is None or name in self.held)
 
@@ -557,9 +557,8 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
     DPU's (it reads their data volumes); only the held nodes get copies (Vars): another
     node's copies index its owners' variables (nothing stored), so the model holds no other
     process's copies, and `m.consensus` is empty (`tie_pairs` gives the held copies' owners);
-    the shared terms
-    (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj` are not: each
-    held node's share is its `blk.cost` (block form only).
+    the shared terms (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj`
+    are not: each held node's share is its `blk.cost` (block form only).
     defer (with `rows`): the held nodes' terms, coupling rows and cost (dc0's excepted) are
     built later, one node at a time, by `build_node_rows` (a process that builds a node's NLP
     and then drops its rows, `drop_node_terms`, holds one node's Pyomo rows at a time).
@@ -673,7 +672,7 @@ def node_lifts(blk) -> list:
 
 def _tie(copy, owner):
     """The consensus row copy == owner; none where the copy is the owner's variable itself
-    (a Reference: a node that `build_problem(rows=)` does not hold)."""
+    (dc0's own I_s, dA, dR and globals)."""
     return pyo.Constraint.Skip if copy is owner else copy == owner
 
 

@@ -5,7 +5,7 @@ successive convex approximation (`solvers/sca.py`, Alg. `alg:dist_NOVA main`) it
 Nothing here re-implements the physics: every value and derivative comes from the block model
 `cefl_opt.models.build_problem(inst, binaries="relaxed")` (block form with copies,
 docs/formulation.md "7. Decomposition into node blocks"), evaluated by
-one PyNumero `PyomoNLP` *per network node* (`NodeProvider`). There is no whole-network NLP.
+one PyNumero ASL NLP *per network node* (`NodeProvider`, `_asl_nlp`). There is no whole-network NLP.
 
 Per-node blocks (`build_structure`)
 -----------------------------------
@@ -130,8 +130,8 @@ def _lift_levels(reads: list[dict[int, Any]], lifts: dict[int, Any]
 def _asl_nlp(model) -> tuple[Any, list, list]:
     """PyNumero's ASL NLP of `model`, built as `PyomoNLP` builds it (the NL writer, then
     `AslNLP` over the file), with the model's variables and constraints in the NLP's order.
-    The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and two
-    component maps: a third of a small node's memory)."""
+    The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and its
+    component maps, which a node's evaluations never read)."""
     import os
     from pyomo.common.env import CtypesEnviron
     from pyomo.common.tempfiles import TempfileManager
@@ -155,7 +155,7 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
 
 @dataclass
 class _Level:
-    """One PyomoNLP over lifted sums a_j = E_j(w, lower a) (rows E_j <= 0; value = body - ub)."""
+    """One NLP over lifted sums a_j = E_j(w, lower a) (rows E_j <= 0; value = body - ub)."""
     nlp: Any
     out: np.ndarray        # lift index of each NLP row
     ub: np.ndarray
@@ -164,12 +164,14 @@ class _Level:
 
 
 class NodeProvider:
-    """Derivative provider of one node: a PyomoNLP over its objective share and its coupling
-    rows (module docstring). `comp` maps the node's variables to shared-variable indices.
+    """Derivative provider of one node: an ASL NLP over its objective share and its coupling
+    rows (module docstring). `comp` maps the node's variables to shared-variable indices;
+    `variables` are those Pyomo variables (None in a process of a spread run, which drops its
+    Pyomo model once the NLPs are built), `n_vars` their number.
 
     lifts: named sums (`models.problem._lift_candidates`) that the provider evaluates as
     internal variables: the share and the rows are written over an auxiliary variable a_j per
-    sum read, the sums themselves are PyomoNLPs by nesting level (a sum may read a lower one),
+    sum read, the sums themselves are NLPs by nesting level (a sum may read a lower one),
     and values, gradients, Jacobians and the Hessian diagonal are composed by the chain rule
     (exact: the Hessian of F(w) = phi(w, a(w)) is P^T H_phi P + sum_j lam_j P_j^T H_j P_j, with
     P = d(inputs)/dw and lam_j the total adjoint of a_j). Same functions as without lifts; the
@@ -672,7 +674,7 @@ def _relax_indicators(inst: Instance, blocks: dict, assoc_bias: float) -> None:
     (1 - assoc_bias)/B_n + assoc_bias x the loaded value (a tie-break)."""
     n_links = [len(bs) for bs in inst.ue_links()]  # UE n's BSs (Instance.links)
     for name, blk in blocks.items():
-        if not blk.Is.is_reference():   # a Reference: the owner's, moved at the owner
+        if not blk.Is.is_reference():   # not its own: the owner's, moved at the owner
             for v in blk.Is.values():
                 v.set_value(1.0 / inst.S, skip_validation=True)
         for comp in ("Inb", "Ibn"):
@@ -859,7 +861,7 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
                     relax_init: bool = True, assoc_bias: float = 0.1,
                     local: Sequence[int] | None = None,
                     allgather: Callable[[Any], list] | None = None) -> DecStructure:
-    """Relaxed block model + one PyomoNLP per node + shared variables + projection groups.
+    """Relaxed block model + one ASL NLP per node + shared variables + projection groups.
 
     init: w^0 (default `system.reference_solution(inst)`), loaded on every copy with tight
     epigraph variables. relax_init: indicators moved into the interior: I_s = 1/S and
