@@ -603,11 +603,14 @@ def _entry_sums(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> tuple[sp.csr_ma
 def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
                    ) -> Any:
     """A value derived from (plan, owner), kept on the plan in slot `key` until another owner
-    comes for that slot (one entry per slot: a new surrogate's maps replace the last ones).
+    comes for that slot (one entry per slot: a new surrogate's maps replace the last ones,
+    which are let go before the new ones are made, so the two are never held together).
     Owners compare by identity; a tuple owner element by element."""
     cache = plan._derived
     hit = cache.get(key)
     if hit is None or not _same_owner(hit[0], owner):
+        hit = None
+        cache.pop(key, None)
         hit = cache[key] = (owner, make())
     return hit[1]
 

@@ -175,3 +175,35 @@ def test_broadcast_sums_and_global_max_equal_their_single_forms():
     m, b = comm.snapshot()
     assert np.array_equal(m, gplan.up_msgs + gplan.down_msgs)
     assert np.array_equal(b, gplan.up_bytes + gplan.down_bytes)
+
+
+def test_cached_on_plan_keeps_one_value_per_slot_and_lets_the_old_one_go_first():
+    """`cached_on_plan`: the same owner (by identity, a tuple element by element) gets the
+    kept value without a new `make`; another owner's `make` runs after the old value is let
+    go (never both held), and its value replaces it."""
+    import gc
+    import weakref
+    from cefl_opt.solvers.dec_comm import build_plan, cached_on_plan
+    adj = [np.array([1]), np.array([0, 2]), np.array([1])]
+    plan = build_plan(adj, np.array([0, 2]), [np.array([0, 1, 2]), np.array([1, 2])])
+
+    class Value:
+        pass
+    made = []
+
+    def make():
+        made.append(Value())
+        return made[-1]
+    a, b = object(), object()
+    first = cached_on_plan(plan, ("k",), (a, b), make)
+    assert cached_on_plan(plan, ("k",), (a, b), make) is first and len(made) == 1
+    old = weakref.ref(first)
+    del first
+    made.clear()
+
+    def make_checked():
+        gc.collect()
+        assert old() is None and ("k",) not in plan._derived   # the old value is gone
+        return make()
+    second = cached_on_plan(plan, ("k",), (b, a), make_checked)
+    assert second is made[-1] and cached_on_plan(plan, ("k",), (b, a), make) is second
