@@ -116,16 +116,22 @@ def check_connected(adj: list[np.ndarray], node_names: Sequence[str]) -> None:
             "consensus cannot reach every node")
 
 
-def _bfs_parents(adj: list[np.ndarray], root: int) -> np.ndarray:
-    parent = np.full(len(adj), -2, dtype=np.int64)
+def _adjacency_csr(adj: list[np.ndarray]) -> sp.csr_matrix:
+    """The adjacency lists as a CSR matrix, each row's columns in the list's order."""
+    indptr = np.concatenate([[0], np.cumsum([len(a) for a in adj])]).astype(np.int64)
+    indices = np.concatenate([np.asarray(a, np.int64) for a in adj]) if len(adj) else \
+        np.zeros(0, np.int64)
+    return sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(len(adj), len(adj)))
+
+
+def _bfs_parents(G: sp.csr_matrix, root: int) -> np.ndarray:
+    """BFS tree from `root` over the adjacency `G` (`_adjacency_csr`): each node's parent, -1
+    at the root, -2 where unreachable. First-in first-out, neighbours in list order (sorted:
+    ties go to the smallest index, deterministic)."""
+    from scipy.sparse.csgraph import breadth_first_order
+    _order, pred = breadth_first_order(G, root, directed=True, return_predecessors=True)
+    parent = np.where(pred < 0, -2, pred).astype(np.int64)
     parent[root] = -1
-    dq = deque([root])
-    while dq:
-        a = dq.popleft()
-        for b in adj[a]:          # sorted: ties go to the smallest index, deterministic
-            if parent[b] == -2:
-                parent[b] = a
-                dq.append(int(b))
     return parent
 
 
@@ -208,6 +214,7 @@ def build_plan(adj: list[np.ndarray], roots: np.ndarray, members: Sequence[np.nd
     names = list(node_names) if node_names is not None else [str(i) for i in range(V)]
     roots = np.asarray(roots, dtype=np.int64)
     Q = len(roots)
+    G = _adjacency_csr(adj)
     parents: dict[int, np.ndarray] = {}
     sig_index: dict[tuple, int] = {}
     sig_trees: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -219,7 +226,7 @@ def build_plan(adj: list[np.ndarray], roots: np.ndarray, members: Sequence[np.nd
         s = sig_index.get(key)
         if s is None:
             if r not in parents:
-                parents[r] = _bfs_parents(adj, r)
+                parents[r] = _bfs_parents(G, r)
             par = parents[r]
             tree_par: dict[int, int] = {r: -1}
             for d in mem:

@@ -207,3 +207,33 @@ def test_cached_on_plan_keeps_one_value_per_slot_and_lets_the_old_one_go_first()
         return make()
     second = cached_on_plan(plan, ("k",), (b, a), make_checked)
     assert second is made[-1] and cached_on_plan(plan, ("k",), (b, a), make) is second
+
+
+def _fifo_bfs_parents(adj, root):
+    """Plain first-in first-out BFS, neighbours in list order (the truth)."""
+    from collections import deque
+    parent = [-2] * len(adj)
+    parent[root] = -1
+    dq = deque([root])
+    while dq:
+        a = dq.popleft()
+        for b in adj[a]:
+            if parent[b] == -2:
+                parent[b] = a
+                dq.append(int(b))
+    return parent
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bfs_parents_equal_a_plain_fifo_bfs(seed):
+    """`dec_comm._bfs_parents` (scipy's breadth-first order over the adjacency CSR) gives the
+    parents of a plain FIFO BFS with sorted neighbour lists, tie for tie, from every root;
+    -2 where a node cannot be reached (two components)."""
+    from cefl_opt.solvers.dec_comm import _adjacency_csr, _bfs_parents
+    g = nx.gnm_random_graph(60, 90, seed=seed)
+    g = nx.disjoint_union(g, nx.path_graph(4))
+    adj = [np.array(sorted(g.neighbors(v)), dtype=np.int64) for v in range(len(g))]
+    G = _adjacency_csr(adj)
+    for root in range(len(adj)):
+        assert _bfs_parents(G, root).tolist() == _fifo_bfs_parents(adj, root), root
+    assert (_bfs_parents(G, 0)[60:] == -2).all() and _bfs_parents(G, 61)[60] == 61
