@@ -781,8 +781,8 @@ def _accounting(info: dict) -> "DecentralizedAccounting":
 def make_comm(inst: Instance, backend: str, method: str) -> Comm | None:
     """The message passing of `backend`: None for "local" (`solve_decentralized` builds its
     `LocalComm`); for "mpi" an `MpiComm` over the processes of this MPI launch (METIS
-    partition balancing `node_weights`: work and memory; outside mpiexec, or with more processes than nodes, a
-    ValueError on every process before any message)."""
+    partition balancing `node_weights`: work and memory; outside mpiexec, or with more
+    processes than nodes, a ValueError on every process before any message)."""
     if backend == "local":
         return None
     if backend != "mpi":

@@ -3,8 +3,9 @@
 `MpiComm` implements `dec_comm.Comm` over mpi4py: the network nodes are partitioned over the
 ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph neighbours stay
 together, the parts' work and memory are balanced: `node_weights`), each rank holds and
-computes its own nodes only (`local_nodes`), and messages between nodes on different ranks travel over a
-distributed-graph communicator whose edges are the rank pairs that share a graph edge
+computes its own nodes only (`local_nodes`), and messages between nodes on different ranks
+travel over a distributed-graph communicator whose edges are the rank pairs that share a graph
+edge
 (`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
 nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
 
@@ -350,8 +351,9 @@ class MpiComm(Comm):
         peer chunk in the order they travel, then the rest), then those it receives on their
         way to a root, round by round and peer by peer. So a chunk of its own entries leaves
         as a slice and every received chunk lands in one (`up_at`: per round, the send chunks
-        as slices or positions, the receive slices). `sum_work`: the sums of its roots'
-        entries over `work`, each row in entry order (the same sums as `plan.summer()`)."""
+        as slices or positions, the receive slices). `own_ents`, `own_ptr`: its roots'
+        entries, quantity by quantity in entry order (CSR rows of `plan.summer()`);
+        `sum_work`: their sums over `work` (the same sums as `plan.summer()`)."""
         sent = [ix[np.isin(ix, loc_ent)] for send, _recv in upward for ix in send]
         first = np.concatenate(sent) if sent else np.zeros(0, np.int64)
         loc_order = np.concatenate([first, np.setdiff1d(loc_ent, first)]).astype(np.int64)
@@ -363,11 +365,12 @@ class MpiComm(Comm):
                  for send, recv in upward]
         S = plan.summer()[own_q].tocsr()
         S.sort_indices()                  # each row in entry order: the order of the sum
-        S = sp.csr_matrix((S.data, pos_of[S.indices], S.indptr), shape=(len(own_q), len(work)))
+        own_ents, own_ptr = S.indices, S.indptr
+        S = sp.csr_matrix((S.data, pos_of[own_ents], own_ptr), shape=(len(own_q), len(work)))
         mp = np.flatnonzero(np.isin(plan.entry_q[work], own_q))
         return {"work_n": len(work), "loc_order": loc_order, "n_sent": len(first),
                 "up_at": up_at, "sum_work": S, "pos_of": pos_of, "max_pos": mp,
-                "max_q": plan.entry_q[work[mp]]}
+                "max_q": plan.entry_q[work[mp]], "own_ents": own_ents, "own_ptr": own_ptr}
 
     def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -485,10 +488,8 @@ class MpiComm(Comm):
         mats = [sp.csr_matrix(S) for S in maps]
         m, n = len(mats), mats[0].shape[1]
         own = rt["own_q"]
-        S = plan.summer()[own].tocsr()
-        S.sort_indices()
-        ents = S.indices                                 # own quantities' entries, in order
-        qrow = np.repeat(np.arange(len(own)), np.diff(S.indptr))
+        ents = rt["own_ents"]                            # own quantities' entries, in order
+        qrow = np.repeat(np.arange(len(own)), np.diff(rt["own_ptr"]))
         local = self.is_local[plan.entry_node[ents]]
         cnts = [A.indptr[ents + 1] - A.indptr[ents] for A in mats]   # terms per entry
         off_part = n + sum(int(((cnt > 1) & local).sum()) for cnt in cnts)
