@@ -131,7 +131,10 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     """PyNumero's ASL NLP of `model`, built as `PyomoNLP` builds it (the NL writer, then
     `AslNLP` over the file), with the model's variables and constraints in the NLP's order.
     The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and its
-    component maps, which a node's evaluations never read)."""
+    component maps, which a node's evaluations never read). Named expressions are written
+    inline, not as the AMPL library's defined variables: each is read once in a node's NLP,
+    the values and derivatives are the same, and the library holds about half the memory
+    for a UE (docs/scale-mpi.md)."""
     import os
     from pyomo.common.env import CtypesEnviron
     from pyomo.common.tempfiles import TempfileManager
@@ -141,7 +144,8 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     TempfileManager.push()
     try:
         nl_file = TempfileManager.create_tempfile(suffix="pynumero.nl")
-        _fname, smap = WriterFactory("nl")(model, nl_file, lambda x: True, {})
+        _fname, smap = WriterFactory("nl")(model, nl_file, lambda x: True,
+                                           {"export_defined_variables": False})
         by_kind: dict[str, dict[int, Any]] = {"v": {}, "c": {}}
         for sym, obj in smap.bySymbol.items():
             if sym[0] in by_kind:
