@@ -127,14 +127,20 @@ def _lift_levels(reads: list[dict[int, Any]], lifts: dict[int, Any]
     for k in order:
         lev(k)
     return order, inner, level
+
+
+#: the NL writer's options for a node's NLP (`_asl_nlp`)
+_NL_OPTIONS = {"export_defined_variables": False}
+
+
 def _asl_nlp(model) -> tuple[Any, list, list]:
     """PyNumero's ASL NLP of `model`, built as `PyomoNLP` builds it (the NL writer, then
     `AslNLP` over the file), with the model's variables and constraints in the NLP's order.
     The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and its
     component maps, which a node's evaluations never read). Named expressions are written
-    inline, not as the AMPL library's defined variables: each is read once in a node's NLP,
-    the values and derivatives are the same, and the library holds about half the memory
-    for a UE (docs/scale-mpi.md)."""
+    inline (`_NL_OPTIONS`), not as the AMPL library's defined variables: the values and
+    derivatives are the same, and the library holds about half the memory for a UE
+    (docs/scale-mpi.md)."""
     import os
     from pyomo.common.env import CtypesEnviron
     from pyomo.common.tempfiles import TempfileManager
@@ -145,7 +151,7 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     try:
         nl_file = TempfileManager.create_tempfile(suffix="pynumero.nl")
         _fname, smap = WriterFactory("nl")(model, nl_file, lambda x: True,
-                                           {"export_defined_variables": False})
+                                           dict(_NL_OPTIONS))
         by_kind: dict[str, dict[int, Any]] = {"v": {}, "c": {}}
         for sym, obj in smap.bySymbol.items():
             if sym[0] in by_kind:
