@@ -119,10 +119,10 @@ def node_work(inst) -> np.ndarray:
 
 def node_memory(inst) -> np.ndarray:
     """Relative memory of each node (ue*, bs*, dc* order) on the rank that holds it: its
-    variables (`node_work`) plus 4 per nonlinear term of its rows and share, since the AMPL
-    library holds about four times a Pyomo variable's memory per term (docs/scale-mpi.md,
-    "MPI backend"). A UE's delay row and energy each have a term per (link, DC) pair, so UEs
-    weigh far more here than in `node_work`."""
+    variables (`node_work`) plus 4 per nonlinear term of its rows and share, as the AMPL
+    library holds several times a Pyomo variable's memory per term (the factor and its
+    measurements: docs/scale-mpi.md, "MPI backend"). A UE's delay row and energy each have a
+    term per (link, DC) pair, so UEs weigh far more here than in `node_work`."""
     T, N, B, S = inst.T, inst.N, inst.B, inst.S
     nl = np.array([len(x) for x in inst.ue_links()])
     nb = np.array([len(x) for x in inst.bs_links()])
