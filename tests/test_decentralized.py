@@ -157,8 +157,8 @@ def _unlifted_structure(inst, bound, monkeypatch):
 def test_lifted_providers_equal_the_unlifted_ones(preset, bound, monkeypatch):
     """Providers that evaluate the data-volume and bound sums as internal variables (chain
     rule) give the share, gradient, rows, Jacobian and Hessian diagonal that the AMPL library
-    computes on the full expressions, at random points and multipliers; and hold far fewer
-    Hessian entries."""
+    computes on the full expressions, at random points and multipliers; and the nodes with
+    lifted sums hold far fewer Hessian entries."""
     inst = (make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
             if preset == "reach" else make_instance(preset, seed=3, rounds=2))
     st = build_structure(inst, bound=bound)
@@ -185,8 +185,9 @@ def test_lifted_providers_equal_the_unlifted_ones(preset, bound, monkeypatch):
         a, b = st.linearise(u2), st0.linearise(u2)
         assert np.allclose(a.g, b.g, rtol=1e-10, atol=1e-12 * np.abs(b.g).max())
         assert np.allclose(a.c, b.c, rtol=1e-10, atol=1e-12)
-    lifted = sum(pv.nnz_hessian() for pv in st.providers)
-    full = sum(pv.nlp.nnz_hessian_lag() for pv in st0.providers)
+    at = [d for d, pv in enumerate(st.providers) if pv.levels]   # the other nodes: the same NLPs
+    lifted = sum(st.providers[d].nnz_hessian() for d in at)
+    full = sum(st0.providers[d].nlp.nnz_hessian_lag() for d in at)
     assert lifted * (5 if preset == "reach" else 2) < full
 
 
@@ -199,6 +200,8 @@ def _asl_bytes_in_use() -> int:
             "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
             "uordblks", "fordblks", "keepcost")]
     libc = ctypes.CDLL("libc.so.6")
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc's mallinfo2 (2.33 or later) is needed to count the C heap")
     libc.mallinfo2.restype = _Info
     info = libc.mallinfo2()
     return int(info.uordblks + info.hblkhd)
