@@ -31,9 +31,14 @@ measurement in its own subprocess so that its peak RSS (`os.wait4`'s ru_maxrss) 
   refine_rounds=0`); a run the solver refuses records its rc (2);
 * `ipopt`: one centralised Ipopt solve on the same instance (the greedy-rate aggregators and
   the association rule fixed, `FixedNLP` on the compact form, no association repair), where it
-  finishes within the timeout: build and solve time, Ipopt iterations.
+  finishes within the timeout: build and solve time, Ipopt iterations;
+* `base` (per rank count): the `dec` launch, one outer iteration, on a 4 / 2 / 2 instance:
+  the peak RSS of the interpreter, the libraries and MPI with next to no data. It gives the
+  peak an even split of one process's memory over R ranks would reach (`memory_table`).
 
 Writes results/bench/scale.csv (one row per size, measurement, rank count and repeat),
+results/bench/scale_memory.csv (per size and rank count R > 1: peak RSS of one process and of
+the largest rank, their ratio, the even split's peak and ratio; `memory_table`),
 results/bench/scale_ratio.csv (per size and rank count: the medians of the two timing runs per
 inner iteration, columns `decentralized_ms_per_inner` and `centralized_pd_ms_per_inner`, their
 ratio, the spread of the repeats) and
@@ -64,7 +69,8 @@ PAPER_SIZE = (20, 10, 5)
 DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING = "decentralized_per_iter", "centralized_pd_per_iter"
 DECENTRALIZED = ("dec", DECENTRALIZED_TIMING)     # the measures that run `decentralized`
 TIMING = (DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING)
-MEASURES = ("floor", "dec", DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING, "ipopt")
+MEASURES = ("floor", "dec", DECENTRALIZED_TIMING, CENTRALIZED_PD_TIMING, "ipopt", "base")
+BASE_SIZE = (4, 2, 2)     # the `base` runs' instance: the launch's fixed memory, next to no data
 SIZES = "20/10/5,50/15/8,100/20/10,200/40/10,500/60/15,1000/100/20"
 QUICK_SIZES = "20/10/5,50/15/8"
 BIN = Path(sys.executable).parent
@@ -230,7 +236,10 @@ def _worker_cmd(kind: str, job: dict) -> list[str]:
 def measure(args) -> pd.DataFrame:
     out_dir = Path(args.out_dir)
     rows = []
-    for spec in args.sizes.split(","):
+    specs = args.sizes.split(",")
+    if "base" in args.measures:
+        specs = ["/".join(map(str, BASE_SIZE))] + specs
+    for spec in specs:
         n, b, s = _size(spec)
         reach = None if (n, b, s) <= PAPER_SIZE or args.reach is None else args.reach
         path = _instance_path(out_dir, n, b, s, reach, args.seed)
@@ -262,6 +271,14 @@ def measure(args) -> pd.DataFrame:
         if rc != 0:
             continue
         base.update({k: gen[k] for k in ("vars_block", "vars_compact", "links")})
+        if (n, b, s) == BASE_SIZE and "base" in args.measures:
+            for ranks in args.ranks:
+                sol = path.with_name(path.stem + f"-base-{ranks}.json")
+                rc, wall, rss, tail = _peak_rss_child(
+                    _dec_cmd(path, "decentralized", ranks, args, sol, max_outer=1),
+                    args.timeout)
+                record("base", ranks, rc, wall, rss, {}, tail)
+            continue
         if "floor" in args.measures:
             rc, wall, rss, tail = _peak_rss_child(_worker_cmd("floor", job), args.timeout)
             record("floor", 1, rc, wall, rss, _parse_worker(tail) if rc == 0 else {}, tail)
@@ -277,20 +294,55 @@ def measure(args) -> pd.DataFrame:
         runs += [(m, rep) for rep in range(args.repeats) for m in timing]   # alternating
         for (kind, method, ranks), rep in runs:
             sol = path.with_name(path.stem + f"-{kind}-{ranks}.json")
-            cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method,
-                   "--out", str(sol)]
-            if kind in TIMING and args.timing_outer:
-                cmd += ["--max-outer", str(args.timing_outer)]
-            if method == "decentralized":
-                cmd += [a for kv in args.set for a in ("--set", kv)]
-            if ranks > 1:
-                cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--backend", "mpi"]
+            cmd = _dec_cmd(path, method, ranks, args, sol,
+                           max_outer=args.timing_outer if kind in TIMING else None)
             if sol.exists():
                 sol.unlink()
             rc, wall, rss, tail = _peak_rss_child(cmd, args.timeout)
             extra = _summary_from_solution(str(sol), str(path)) if rc == 0 and sol.exists() \
                 else {}
             record(kind, ranks, rc, wall, rss, extra, tail, rep)
+    return pd.DataFrame(rows)
+
+
+def _dec_cmd(path: Path, method: str, ranks: int, args, sol: Path,
+             max_outer: int | None = None) -> list[str]:
+    """`cefl-opt solve` of one measurement into the solution file `sol`: `mpiexec -n R ...
+    --backend mpi` for R > 1 ranks, `--set` constants for `decentralized`."""
+    cmd = [str(BIN / "cefl-opt"), "solve", str(path), "--method", method, "--out", str(sol)]
+    if max_outer:
+        cmd += ["--max-outer", str(max_outer)]
+    if method == "decentralized":
+        cmd += [a for kv in args.set for a in ("--set", kv)]
+    if ranks > 1:
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] + cmd + ["--backend", "mpi"]
+    return cmd
+
+
+def memory_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per size and rank count R > 1 (the `dec` runs, medians over repeats): peak RSS of one
+    process and of the largest of the R ranks, and their ratio. With the `base` runs (the same
+    launch on a `BASE_SIZE` instance: interpreter, libraries, MPI, next to no data), the peak
+    an even split would give, `even_split_MB` = base_R + (one - base_1) / R: each rank holding
+    its launch's base and 1/R of what one process holds above its own; `even_split_ratio` is
+    that over one process's peak, the ratio the split can reach."""
+    ok = df[(df.rc == 0) & (df.measure.isin(["dec", "base"]))]
+    base = ok[ok.measure == "base"].groupby("ranks").peak_rss_MB.median()
+    rows = []
+    for size, g in ok[ok.measure == "dec"].groupby("size", sort=False):
+        one = g[g.ranks == 1].peak_rss_MB
+        if not len(one):
+            continue
+        p1 = float(one.median())
+        for ranks, gr in g[g.ranks > 1].groupby("ranks"):
+            pr = float(gr.peak_rss_MB.median())
+            row = {"size": size, "ranks": ranks, "one_MB": p1, "largest_rank_MB": pr,
+                   "ratio": pr / p1}
+            if 1 in base.index and ranks in base.index:
+                even = base[ranks] + (p1 - base[1]) / ranks
+                row.update(base_one_MB=base[1], base_rank_MB=base[ranks], even_split_MB=even,
+                           even_split_ratio=even / p1)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -325,7 +377,7 @@ def figure(df: pd.DataFrame, path: Path, timing_outer: int = 5) -> Path:
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     ok = df[(df.rc == 0) & df.vars_block.notna()]
     for (kind, ranks), g in ok.groupby(["measure", "ranks"]):
-        if kind in ("gen", "floor"):
+        if kind in ("gen", "floor", "base"):
             continue
         g = g.groupby("vars_block", as_index=False).median(numeric_only=True)   # the repeats
         label = {"dec": f"decentralized, {ranks} rank(s)",
@@ -390,6 +442,11 @@ def main(argv=None) -> int:
     csv = out / "scale.csv"
     common.write_csv(df, csv)
     print(f"wrote {csv}")
+    mem = memory_table(df)
+    if len(mem):
+        print(mem.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        common.write_csv(mem, out / "scale_memory.csv")
+        print(f"wrote {out / 'scale_memory.csv'}")
     rt = ratios(df)
     if len(rt):
         print(rt.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

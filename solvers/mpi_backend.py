@@ -63,6 +63,7 @@ __all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_memory", "node_weight
 
 _PM_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD",
             "MPI_LOCALNRANKS")
+_HYDRA_VARS = ("HYDI_CONTROL_FD", "HYDRA_CONTROL_FD")   # set by Hydra's proxy in each rank
 
 
 class MpiUnavailable(ValueError):
@@ -89,9 +90,12 @@ def mpi_world():
 
 def abort_launch_on_failure(code: int) -> None:
     """End every rank of this MPI launch when this one fails (`code` != 0), instead of leaving
-    the others waiting in a collective for it: `MPI_Abort(COMM_WORLD, code)`, after this rank's
-    message is out. A no-op outside a launch of two or more ranks, and where MPI was never
-    initialised (mpi4py not imported)."""
+    the others waiting in a collective for it, after this rank's message is out. Under MPICH's
+    Hydra (`mpiexec`; `_HYDRA_VARS` in the rank's environment) the rank exits with `code`
+    without finalising MPI, and Hydra ends the other ranks and exits with that code, removing
+    its files in /tmp; its `MPI_Abort` would leave its topology file there. Under any other
+    launcher: `MPI_Abort(COMM_WORLD, code)`. A no-op outside a launch of two or more ranks,
+    and where MPI was never initialised (mpi4py not imported)."""
     MPI = sys.modules.get("mpi4py.MPI")
     if code == 0 or MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
         return
@@ -99,6 +103,8 @@ def abort_launch_on_failure(code: int) -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    if any(k in os.environ for k in _HYDRA_VARS):
+        os._exit(code)
     MPI.COMM_WORLD.Abort(code)
 
 

@@ -152,16 +152,19 @@ def test_bench_scale_generation_only(tmp_path):
 def test_bench_scale_passes_constants_to_the_decentralised_runs(tmp_path):
     """`--set KEY=VALUE` reaches every `decentralized` run (the search off: no aggregator
     trial, no refinement round, one candidate) and is recorded; a constant the solver refuses
-    is recorded as that run's rc 2, the benchmark itself ends 0."""
+    is recorded as that run's rc 2, the benchmark itself ends 0. The `base` measure runs the
+    same launch on the 4 / 2 / 2 instance first."""
     import pandas as pd
     off = ["--set", "agg_passes=0", "--set", "candidates=1", "--set", "refine_rounds=0"]
     for sets, sub in ((off, "off"), (["--set", "agg_screen=0"], "bad")):
         p = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale", "--sizes", "8/3/2",
-                            "--measures", "dec", "--ranks", "1", *sets, "--out-dir",
-                            str(tmp_path / sub)], cwd=HERE.parent, capture_output=True,
-                           text=True, timeout=300)
+                            "--measures", "dec,base" if sub == "off" else "dec", "--ranks", "1",
+                            *sets, "--out-dir", str(tmp_path / sub)], cwd=HERE.parent,
+                           capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
     off_df = pd.read_csv(tmp_path / "off" / "scale.csv").set_index("measure")
+    assert off_df.loc["base", "size"] == "4/2/2" and off_df.loc["base", "rc"] == 0
+    assert off_df.loc["base", "peak_rss_MB"] > 0
     assert off_df.loc["dec", "rc"] == 0
     assert off_df.loc["dec", "constants"] == "agg_passes=0 candidates=1 refine_rounds=0"
     info = json.loads(next((tmp_path / "off").rglob("*-dec-1.json")).read_text())["info"]
@@ -193,6 +196,28 @@ def test_bench_scale_ratio_of_medians():
     assert r.loc[("a", 1), "centralized_pd_ms_per_inner"] == pytest.approx(2.0)
 
 
+def test_bench_scale_memory_table_and_even_split():
+    """`memory_table`: per size and rank count, the largest rank's peak over one process's
+    (medians of the repeats), and the even split's peak base_R + (one - base_1) / R from the
+    `base` runs, by hand; a size without a one-process run, a failed run and (without `base`
+    runs) the even split are left out."""
+    import pandas as pd
+    from benchmarks.bench_scale import memory_table
+    rows = [("4/2/2", "base", 1, 100.0, 0), ("4/2/2", "base", 2, 130.0, 0),
+            ("a", "dec", 1, 300.0, 0), ("a", "dec", 1, 340.0, 0), ("a", "dec", 2, 250.0, 0),
+            ("a", "dec", 2, 9999.0, 1), ("a", "dec", 4, 190.0, 0),
+            ("b", "dec", 2, 80.0, 0), ("a", "gen", 1, 50.0, 0)]
+    df = pd.DataFrame(rows, columns=["size", "measure", "ranks", "peak_rss_MB", "rc"])
+    t = memory_table(df).set_index(["size", "ranks"])
+    assert sorted(t.index) == [("a", 2), ("a", 4)]
+    assert t.loc[("a", 2), "one_MB"] == 320.0 and t.loc[("a", 2), "largest_rank_MB"] == 250.0
+    assert t.loc[("a", 2), "ratio"] == pytest.approx(250 / 320)
+    assert t.loc[("a", 2), "even_split_MB"] == pytest.approx(130 + (320 - 100) / 2)
+    assert t.loc[("a", 2), "even_split_ratio"] == pytest.approx(240 / 320)
+    assert np.isnan(t.loc[("a", 4), "even_split_MB"])      # no 4-rank base run
+    assert "even_split_MB" not in memory_table(df[df.measure != "base"])
+
+
 def test_bench_scale_refuses_an_unknown_measure(capsys):
     """A measure name that the sweep does not know (such as an old one) is an error naming it,
     exit 2, not a sweep that silently skips it."""
@@ -202,7 +227,7 @@ def test_bench_scale_refuses_an_unknown_measure(capsys):
     assert e.value.code == 2
     assert "unknown dec5" in capsys.readouterr().err
     assert set(bench_scale.MEASURES) == {"floor", "dec", "decentralized_per_iter",
-                                         "centralized_pd_per_iter", "ipopt"}
+                                         "centralized_pd_per_iter", "ipopt", "base"}
 
 
 @needs_mpiexec

@@ -150,9 +150,9 @@ def test_full_mpi_run_equals_local_bit_for_bit(tmp_path):
 @needs_mpiexec
 def test_a_fault_on_one_rank_ends_every_rank(tiny, tmp_path):
     """An exception on rank 1 only (injected in its 5th exchange) must not leave rank 0 waiting
-    in a collective: the failing rank prints its one error line and aborts the launch, and
+    in a collective: the failing rank prints its one error line and ends the launch, and
     mpiexec exits with the CLI's code (70, an internal error) well inside the timeout; nothing
-    is written."""
+    is written, and mpiexec leaves no file in /tmp (its MPI_Abort path would)."""
     _d, net, _sol, _info = tiny
     out = tmp_path / "sol.json"
     script = tmp_path / "inject.py"
@@ -171,6 +171,7 @@ def test_a_fault_on_one_rank_ends_every_rank(tiny, tmp_path):
         "import cefl_opt._entry as entry\n"
         "sys.argv = ['cefl-opt', *sys.argv[1:]]\n"
         "sys.exit(entry.main())\n")
+    before = _hydra_files()
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), "solve", str(net),
                         "--method", "decentralized", "--backend", "mpi", "--out", str(out)],
                        capture_output=True, text=True, timeout=120, env=_env())
@@ -180,4 +181,58 @@ def test_a_fault_on_one_rank_ends_every_rank(tiny, tmp_path):
                       "(set CEFL_OPT_DEBUG=1 for the traceback)"]
     assert "Traceback" not in p.stderr
     assert not out.exists() and sorted(x.name for x in tmp_path.iterdir()) == ["inject.py"]
+    assert _hydra_files() <= before, "mpiexec left its topology file in /tmp"
+
+
+def _hydra_files() -> set[str]:
+    """Hydra's (`mpiexec`'s) topology files in /tmp: one per launch, removed when the launch
+    ends unless a rank called MPI_Abort. The tests run one launch at a time."""
+    return {p.name for p in Path("/tmp").glob("hydra_hwloc_xmlfile_*")}
+
+
+@pytest.fixture(scope="module")
+def paper_net(tmp_path_factory) -> Path:
+    """An instance whose 2-rank solve takes well over the signals' delay (4 s)."""
+    net = tmp_path_factory.mktemp("mpi_signal") / "net.json"
+    make_instance("paper", rounds=3, seed=11).save(net)
+    return net
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "cefl-opt: interrupted"),
+                                           ("SIGTERM", 143, "cefl-opt: terminated")])
+def test_a_signal_ends_every_rank_and_leaves_nothing(tmp_path, paper_net, sig, code, line):
+    """Ctrl-C at a terminal (SIGINT to the launch's process group) or SIGTERM to `mpiexec`
+    (which forwards it) during a 2-rank solve: mpiexec exits with the CLI's code, each rank
+    says the one line, no traceback, no solution, trace or temporary file, no process left,
+    and no file of mpiexec's left in /tmp."""
+    import signal
+    import time
+    from benchmarks.bench_interrupts import processes_naming
+    net, tmp = tmp_path / "net.json", tmp_path / "tmpdir"
+    net.write_bytes(paper_net.read_bytes())
+    tmp.mkdir()
+    before = _hydra_files()
+    p = subprocess.Popen([str(MPIEXEC), "-n", "2", str(CLI), "solve", str(net), "--method",
+                          "decentralized", "--backend", "mpi", "--out", str(tmp_path / "s.json"),
+                          "--trace", str(tmp_path / "t.csv")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**_env(), "TMPDIR": str(tmp)})
+    time.sleep(4.0)
+    assert p.poll() is None, "the solve ended before the signal"
+    if sig == "SIGINT":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        p.send_signal(signal.SIGTERM)
+    _out, err = p.communicate(timeout=120)
+    assert p.returncode == code, err
+    assert [ln for ln in err.splitlines() if ln.startswith("cefl-opt")] == [line, line], err
+    assert "Traceback" not in err and "MPI_Abort" not in err
+    end = time.monotonic() + 10
+    while processes_naming(str(tmp_path)) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert processes_naming(str(tmp_path)) == []
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json", "tmpdir"]
+    assert list(tmp.iterdir()) == []
+    assert _hydra_files() <= before, "mpiexec left its topology file in /tmp"
 

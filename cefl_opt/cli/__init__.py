@@ -223,9 +223,9 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
         logging.disable(logging.NOTSET)
         sys.unraisablehook = sys.__unraisablehook__
         if isinstance(e, cefl_io.Terminated):
-            print(f"{PROG}: terminated", file=sys.stderr)
+            _say(f"{PROG}: terminated")
             return EXIT_TERMINATED
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        _say(f"{PROG}: interrupted")
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - the policy: one line, never a traceback
         if debug:
@@ -301,8 +301,14 @@ def _silence_stdout() -> None:
         pass
 
 
+def _say(line: str) -> None:
+    """`line` on stderr in one write, so that the lines of the ranks under `mpiexec`, which
+    share one stderr, stay whole (`print` writes the newline on its own)."""
+    sys.stderr.write(line + "\n")
+
+
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    _say(f"{PROG}: error: {message}")
     return code
 
 

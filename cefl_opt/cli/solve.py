@@ -17,7 +17,7 @@ from ..instance import Instance
 from ..io import check_distinct, check_writable, write_atomic
 import numpy as np
 
-from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, PROG, OptionError
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, PROG, OptionError, _fail
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -125,24 +125,24 @@ def run_solve(args: argparse.Namespace) -> int:
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.reasons
-            _fail_line(f"the instance is infeasible, no solution written to '{args.out}'"
-                       + (f": {reasons[0]}" if reasons else ""), EXIT_INFEASIBLE_INSTANCE)
+            _fail(f"the instance is infeasible, no solution written to '{args.out}'"
+                  + (f": {reasons[0]}" if reasons else ""), EXIT_INFEASIBLE_INSTANCE)
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
             return EXIT_INFEASIBLE_INSTANCE
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
             why = res.message
-            return _fail_line(f"method '{args.method}' found no solution (status {res.status}"
-                              + (f": {why}" if why else "") + f"); nothing written to "
-                              f"'{args.out}'", EXIT_NO_SOLUTION)
+            return _fail(f"method '{args.method}' found no solution (status {res.status}"
+                         + (f": {why}" if why else "") + f"); nothing written to "
+                         f"'{args.out}'", EXIT_NO_SOLUTION)
         with np.errstate(all="ignore"):
             ev = system.evaluate(inst, res.solution, bound=opts.bound)
         bad = [k for k, v in {"objective": ev.objective, **ev.terms}.items()
                if not np.isfinite(v)]
         if bad:
-            return _fail_line(f"method '{args.method}' returned a point whose {bad[0]} is not "
-                              f"finite; nothing written to '{args.out}'", EXIT_NO_SOLUTION)
+            return _fail(f"method '{args.method}' returned a point whose {bad[0]} is not "
+                         f"finite; nothing written to '{args.out}'", EXIT_NO_SOLUTION)
         res.solution.objective, res.solution.terms = ev.objective, ev.terms
         res.solution.save(args.out)
         print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound "
@@ -155,11 +155,6 @@ def run_solve(args: argparse.Namespace) -> int:
     finally:
         if tmp_trace is not None and os.path.exists(tmp_trace):
             os.unlink(tmp_trace)
-
-
-def _fail_line(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return code
 
 
 def _temp_file() -> str:
