@@ -171,7 +171,6 @@ class _Level:
     ub: np.ndarray
     w_pos: np.ndarray      # per NLP primal: index into the node's variables, or -1
     aux_pos: np.ndarray    # per NLP primal: lift index, or -1
-    jac: Any = None        # the NLP's Jacobian, refilled in place (`_forward`)
 
 
 class NodeProvider:
@@ -213,8 +212,8 @@ class NodeProvider:
         self.n_vars = len(self.variables)
         del self._aux, self._sub_of, self._aux_index, self._vpos   # the build's Pyomo side
         if not self.levels:
-            self._jac = self.nlp.evaluate_jacobian()
-            self.jrow, self.jcol = np.asarray(self._jac.row), np.asarray(self._jac.col)
+            jac = self.nlp.evaluate_jacobian()
+            self.jrow, self.jcol = np.asarray(jac.row), np.asarray(jac.col)
             return
         self._compose_sparsity()
 
@@ -293,7 +292,7 @@ class NodeProvider:
         end = np.zeros(self.n_lifts, np.int64)
         self._mrec = []
         for lv in self.levels:
-            jac = lv.jac = lv.nlp.evaluate_jacobian()
+            jac = lv.nlp.evaluate_jacobian()
             rec, keys = self._recipe(lv.out[jac.row], jac.col, lv.w_pos, lv.aux_pos,
                                      mcol, start, end, nv)
             base = len(mrow)
@@ -303,7 +302,7 @@ class NodeProvider:
             start[lv.out], end[lv.out] = base + first, base + np.searchsorted(rows, lv.out, "right")
             mrow, mcol = np.concatenate([mrow, rows]), np.concatenate([mcol, cols])
         self._mrow, self._mcol = mrow, mcol
-        jac = self._jac = self.nlp.evaluate_jacobian()
+        jac = self.nlp.evaluate_jacobian()
         self._jrec, keys = self._recipe(np.asarray(jac.row), jac.col, self._w_pos,
                                         self._aux_pos, mcol, start, end, nv)
         self.jrow, self.jcol = keys // nv, keys % nv
@@ -323,8 +322,8 @@ class NodeProvider:
         nv = self.n_vars
         start, end = self._mrange
         plan = []
-        for nlp, w_pos, aux_pos, jac in [(self.nlp, self._w_pos, self._aux_pos, self._jac)] + \
-                [(lv.nlp, lv.w_pos, lv.aux_pos, lv.jac) for lv in self.levels]:
+        for nlp, w_pos, aux_pos in [(self.nlp, self._w_pos, self._aux_pos)] + \
+                [(lv.nlp, lv.w_pos, lv.aux_pos) for lv in self.levels]:
             wp = np.flatnonzero(w_pos >= 0)
             ap = np.flatnonzero(aux_pos >= 0)
             pe, pm = self._pairs(ap, aux_pos[ap], start, end)
@@ -341,7 +340,7 @@ class NodeProvider:
             want = hc[e] * nv + pcol[a]                        # the same column in row c
             b = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
             hit = key[b] == want if len(key) else np.zeros(len(want), bool)
-            J = jac if nlp.n_constraints() else None
+            J = nlp.evaluate_jacobian() if nlp.n_constraints() else None
             plan.append({"nlp": nlp, "psrc": psrc, "e": e[hit], "a": a[hit], "b": b[hit],
                          "j": pcol[a[hit]], "H": H, "J": J})
         return plan
@@ -397,7 +396,7 @@ class NodeProvider:
                             a[np.maximum(lv.aux_pos, 0)])
             lv.nlp.set_primals(prim)
             a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
-            jacs.append(lv.nlp.evaluate_jacobian(out=lv.jac).data)
+            jacs.append(np.asarray(lv.nlp.evaluate_jacobian().data, float))
         self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
                                       a[np.maximum(self._aux_pos, 0)]))
         return jacs
@@ -470,7 +469,7 @@ class NodeProvider:
                                minlength=self.n_vars))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
-            jd = nlp.evaluate_jacobian(out=self._jac).data      # refilled in place
+            jd = np.asarray(nlp.evaluate_jacobian().data, float)
             if self.levels:
                 jd = self._apply(self._jrec, jd, md)
             jd = jd * self.sign[self.jrow]
