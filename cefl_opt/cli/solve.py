@@ -17,7 +17,7 @@ from ..instance import Instance
 from ..io import check_distinct, check_writable, write_atomic
 import numpy as np
 
-from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, PROG, OptionError, _fail
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, _fail
 
 
 def register(sub: argparse._SubParsersAction) -> None:
