@@ -236,10 +236,10 @@ def _worker_cmd(kind: str, job: dict) -> list[str]:
 def measure(args) -> pd.DataFrame:
     out_dir = Path(args.out_dir)
     rows = []
-    specs = args.sizes.split(",")
+    specs = [(spec, False) for spec in args.sizes.split(",")]
     if "base" in args.measures:
-        specs = ["/".join(map(str, BASE_SIZE))] + specs
-    for spec in specs:
+        specs.insert(0, ("/".join(map(str, BASE_SIZE)), True))
+    for spec, is_base in specs:
         n, b, s = _size(spec)
         reach = None if (n, b, s) <= PAPER_SIZE or args.reach is None else args.reach
         path = _instance_path(out_dir, n, b, s, reach, args.seed)
@@ -271,7 +271,7 @@ def measure(args) -> pd.DataFrame:
         if rc != 0:
             continue
         base.update({k: gen[k] for k in ("vars_block", "vars_compact", "links")})
-        if (n, b, s) == BASE_SIZE and "base" in args.measures:
+        if is_base:
             for ranks in args.ranks:
                 sol = path.with_name(path.stem + f"-base-{ranks}.json")
                 rc, wall, rss, tail = _peak_rss_child(

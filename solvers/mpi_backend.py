@@ -5,9 +5,9 @@ ranks by a graph partitioner (`partition_nodes`, METIS through pymetis: graph ne
 together, the parts' work and memory are balanced: `node_weights`), each rank holds and
 computes its own nodes only (`local_nodes`), and messages between nodes on different ranks
 travel over a distributed-graph communicator whose edges are the rank pairs that share a graph
-edge
-(`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below). Messages between
-nodes of one rank are copied in memory. No rank talks to a rank it shares no graph edge with.
+edge (`Create_dist_graph_adjacent`, one `neighbor_alltoallv` per exchange; 'Exchanges' below).
+Messages between nodes of one rank are copied in memory. No rank talks to a rank it shares no
+graph edge with.
 
 Layout. Every rank builds the same relay plans (deterministic), then sizes its collectives'
 arrays by what it holds: a broadcast works on the quantities this rank roots, hears or relays

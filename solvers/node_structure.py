@@ -138,9 +138,8 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     `AslNLP` over the file), with the model's variables and constraints in the NLP's order.
     The NLP keeps no Pyomo object (a `PyomoNLP` keeps the model, its symbol map and its
     component maps, which a node's evaluations never read). Named expressions are written
-    inline (`_NL_OPTIONS`), not as the AMPL library's defined variables: the values and
-    derivatives are the same, and the library holds about half the memory for a UE
-    (docs/scale-mpi.md)."""
+    inline (`_NL_OPTIONS`), not as the AMPL library's defined variables: the same values and
+    derivatives in far less of the library's memory (measured: docs/scale-mpi.md)."""
     import os
     from pyomo.common.env import CtypesEnviron
     from pyomo.common.tempfiles import TempfileManager

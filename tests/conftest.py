@@ -1,4 +1,5 @@
-"""Shared fixtures: a hand-made `tiny` instance with round numbers and random feasible points."""
+"""Shared fixtures: a hand-made `tiny` instance with round numbers, random feasible points, and a
+paper instance saved once for the signal tests."""
 from __future__ import annotations
 
 import numpy as np
@@ -128,3 +129,13 @@ def tiny_hand():
 def rand_sol():
     """The function random_solution(inst, rng, gamma_hi=None, style='mixed')."""
     return random_solution
+
+
+@pytest.fixture(scope="session")
+def paper_net(tmp_path_factory):
+    """A paper instance (T = 3, seed 11) saved once: its `decentralized` solve takes well over
+    the signal tests' delays, in one process or on 2 ranks."""
+    from cefl_opt.generator import make_instance
+    net = tmp_path_factory.mktemp("paper_net") / "net.json"
+    make_instance("paper", rounds=3, seed=11).save(net)
+    return net

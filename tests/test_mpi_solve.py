@@ -190,14 +190,6 @@ def _hydra_files() -> set[str]:
     return {p.name for p in Path("/tmp").glob("hydra_hwloc_xmlfile_*")}
 
 
-@pytest.fixture(scope="module")
-def paper_net(tmp_path_factory) -> Path:
-    """An instance whose 2-rank solve takes well over the signals' delay (4 s)."""
-    net = tmp_path_factory.mktemp("mpi_signal") / "net.json"
-    make_instance("paper", rounds=3, seed=11).save(net)
-    return net
-
-
 @needs_mpiexec
 @pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "cefl-opt: interrupted"),
                                            ("SIGTERM", 143, "cefl-opt: terminated")])

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_interrupts import signal_run
-from cefl_opt.generator import make_instance
 
 CODE = {signal.SIGINT: (130, "cefl-opt: interrupted\n"),
         signal.SIGTERM: (143, "cefl-opt: terminated\n")}
@@ -22,14 +21,6 @@ def _signal_after(argv: list[str], sig: int, delay: float, folder: Path):
     assert r["processes_left"] == [], "a solver process outlived the command"
     assert r["temporaries_left"] == [], "a trace temporary was left"
     return r["returncode"], r["stderr"]
-
-
-@pytest.fixture(scope="module")
-def paper_net(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("signals")
-    net = folder / "net.json"
-    make_instance("paper", rounds=3, seed=11).save(net)
-    return net
 
 
 # (method, extra flags): each takes well over 10 s on the paper instance, loaded or not
