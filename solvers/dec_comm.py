@@ -342,7 +342,7 @@ class Comm:
         self.bytes = np.zeros(V, dtype=np.int64)
         self.total_msgs = 0
         self.total_bytes = 0
-        self._pending: dict = {}     # LocalComm's tallied charges (`_charge_width`)
+        self._pending: dict = {}     # tallied charges (`_charge_width`)
 
     @property
     def n_nodes(self) -> int:
@@ -477,11 +477,29 @@ class Comm:
         self.bytes[:] = 0
         return m, b
 
+    def _charge_width(self, msgs: np.ndarray, nbytes: np.ndarray, width: int) -> None:
+        """Count one collective's messages (per node: msgs, and nbytes x width); tallied per
+        kind and added up at the next `snapshot` (the same totals, fewer array operations in
+        the inner loop)."""
+        key = (id(msgs), id(nbytes), width)
+        hit = self._pending.get(key)
+        if hit is None:
+            self._pending[key] = [msgs, nbytes, width, 1]
+        else:
+            hit[3] += 1
+
     def _flush_charges(self) -> None:
-        """Add the tallied collectives (`LocalComm._charge_width`) to the per-node counters."""
+        """Add the tallied collectives (`_charge_width`) to the counters of the nodes this
+        process holds."""
+        own = self.local_nodes()
+        every = len(own) == self.n_nodes
         for msgs, nbytes, width, count in self._pending.values():
-            self.msgs += msgs * count
-            self.bytes += nbytes * (width * count)
+            if every:
+                self.msgs += msgs * count
+                self.bytes += nbytes * (width * count)
+            else:
+                self.msgs[own] += msgs[own] * count
+                self.bytes[own] += nbytes[own] * (width * count)
         self._pending = {}
 
 
@@ -559,17 +577,6 @@ class LocalComm(Comm):
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
         self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
-
-    def _charge_width(self, msgs: np.ndarray, nbytes: np.ndarray, width: int) -> None:
-        """Count one collective's messages (per node: msgs, and nbytes x width); tallied per
-        kind and added up at the next `snapshot` (the same totals, fewer array operations in
-        the inner loop)."""
-        key = (id(msgs), id(nbytes), width)
-        hit = self._pending.get(key)
-        if hit is None:
-            self._pending[key] = [msgs, nbytes, width, 1]
-        else:
-            hit[3] += 1
 
 
 def _entry_sums(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> tuple[sp.csr_matrix,

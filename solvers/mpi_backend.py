@@ -223,13 +223,21 @@ class MpiComm(Comm):
         return self._local
 
     # ---------------------------------------------------------------- transport
-    def _alltoallv(self, chunks: list[np.ndarray], recv_counts: list[int]) -> list[np.ndarray]:
-        """One neighbourhood round: chunks[i] to nbr_ranks[i]; returns what each sent us."""
+    def _alltoallv(self, chunks: list[np.ndarray], recv_counts: list[int],
+                   recv: np.ndarray | None = None) -> list[np.ndarray]:
+        """One neighbourhood round: chunks[i] to nbr_ranks[i]; returns what each sent us, as
+        consecutive views of `recv` (a float64 buffer of sum(recv_counts) values that the
+        caller may pass, so that the values land where it wants them: no copy)."""
         from mpi4py import MPI
         t0 = time.perf_counter()
-        send = np.concatenate(chunks).astype(np.float64, copy=False) if chunks else np.zeros(0)
+        if len(chunks) == 1:
+            send = np.ascontiguousarray(chunks[0], dtype=np.float64)
+        else:
+            send = np.concatenate(chunks).astype(np.float64, copy=False) if chunks \
+                else np.zeros(0)
         scounts = [int(c.size) for c in chunks]
-        recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
+        if recv is None:
+            recv = np.empty(int(sum(recv_counts)), dtype=np.float64)
         if self.nbr_ranks:
             req = self.gcomm.Ineighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
                                                  [recv, (recv_counts, None), MPI.DOUBLE])
@@ -360,23 +368,39 @@ class MpiComm(Comm):
         as slices or positions, the receive slices). `own_ents`, `own_ptr`: its roots'
         entries, quantity by quantity in entry order (CSR rows of `plan.summer()`);
         `sum_work`: their sums over `work` (the same sums as `plan.summer()`)."""
-        sent = [ix[np.isin(ix, loc_ent)] for send, _recv in upward for ix in send]
-        first = np.concatenate(sent) if sent else np.zeros(0, np.int64)
-        loc_order = np.concatenate([first, np.setdiff1d(loc_ent, first)]).astype(np.int64)
-        got = [ix for _send, recv in upward for ix in recv]
-        work = np.concatenate([loc_order, *got]).astype(np.int64)
-        pos_of = np.full(len(plan.entry_q), -1, dtype=np.int64)
-        pos_of[work] = np.arange(len(work))
-        up_at = [([_as_slice(pos_of[ix]) for ix in send], [_as_slice(pos_of[ix]) for ix in recv])
-                 for send, recv in upward]
+        lay = _work_layout(len(plan.entry_q), loc_ent, upward)
+        pos_of, work = lay["pos_of"], lay.pop("work")
         S = plan.summer()[own_q].tocsr()
         S.sort_indices()                  # each row in entry order: the order of the sum
         own_ents, own_ptr = S.indices, S.indptr
         S = sp.csr_matrix((S.data, pos_of[own_ents], own_ptr), shape=(len(own_q), len(work)))
         mp = np.flatnonzero(np.isin(plan.entry_q[work], own_q))
-        return {"work_n": len(work), "loc_order": loc_order, "n_sent": len(first),
-                "up_at": up_at, "sum_work": S, "pos_of": pos_of, "max_pos": mp,
-                "max_q": plan.entry_q[work[mp]], "own_ents": own_ents, "own_ptr": own_ptr}
+        return {**lay, "sum_work": S, "max_pos": mp, "max_q": plan.entry_q[work[mp]],
+                "own_ents": own_ents, "own_ptr": own_ptr}
+
+    def _live_layout(self, plan: RelayPlan, mats: list) -> dict:
+        """The reduce's work layout (`_work_layout`) over the entries that have terms in some
+        map only. Each rank marks its own entries that have terms; the marks travel the
+        reduce's rounds once (one exchange per round), so every rank knows which of the
+        entries it sends or receives carry a value. An entry without terms is 0.0 and adds
+        nothing to its quantity's sum (`_product_layout`), so it is neither computed nor
+        sent."""
+        rt = self._rank_routes(plan)
+        has = np.zeros(len(plan.entry_q), dtype=bool)
+        for A in mats:
+            has |= np.diff(A.indptr) > 0
+        lo = rt["loc_order"]
+        marks = np.zeros((rt["work_n"], 1))
+        marks[:len(lo), 0] = has[lo]
+        self._travel_up(rt, marks)
+        held = np.flatnonzero(rt["pos_of"] >= 0)
+        live = np.zeros(len(plan.entry_q), dtype=bool)
+        live[held] = marks[rt["pos_of"][held], 0] > 0
+        upward = [([ix[live[ix]] for ix in send], [ix[live[ix]] for ix in recv])
+                  for send, recv in rt["up"]]
+        lay = _work_layout(len(plan.entry_q), rt["loc_ent"], upward)
+        del lay["work"]
+        return lay
 
     def _by_peer(self, at: np.ndarray, src: np.ndarray, dst: np.ndarray, item: np.ndarray
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -389,8 +413,7 @@ class MpiComm(Comm):
 
     # ---------------------------------------------------------------- collectives
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, width: int = 1) -> None:
-        self.msgs[self._local] += msgs[self._local]
-        self.bytes[self._local] += nbytes[self._local] * width
+        self._charge_width(msgs, nbytes, width)
 
     def _known_work(self, plan: RelayPlan, root_values: np.ndarray) -> np.ndarray:
         """The root values of the quantities this rank holds, hears or relays (`kwork` of
@@ -467,31 +490,33 @@ class MpiComm(Comm):
         multi-term sums and the received values: the sums of one process, bit for bit."""
         rt = self._rank_routes(plan)
         m, xv = len(maps), np.asarray(x, float)
-        P, M, F, n = cached_on_plan(plan, ("mpi_product",), tuple(maps),
-                                    lambda: self._product_layout(plan, maps))
+        PM, n_p, F, n, lay = cached_on_plan(plan, ("mpi_product",), tuple(maps),
+                                            lambda: self._product_layout(plan, maps))
         self._charge(plan.up_msgs, plan.up_bytes, m)
-        z = np.empty(F.shape[1])              # [x, multi-term sums, the reduce's layout]
+        z = np.empty(F.shape[1])              # [x, multi-term sums, the live layout]
         z[:n] = xv
-        z[n:n + P.shape[0]] = P @ xv
-        part = z[n + P.shape[0]:].reshape(rt["work_n"], m)
-        part[:rt["n_sent"]] = (M @ xv).reshape(rt["n_sent"], m)
-        self._travel_up(rt, part)
+        z[n:n + PM.shape[0]] = PM @ xv        # the multi-term sums, then the sent entries
+        part = z[n + n_p:].reshape(lay["work_n"], m)
+        self._travel_up(lay, part)
         out = np.full((plan.n_quantities, m), self.missing)
         out.reshape(-1)[self._own_flat(rt, m)] = F @ z
         return out
 
     def _product_layout(self, plan: RelayPlan, maps) -> tuple:
-        """(P, M, F, n) for `reduce_product` with these maps (n: length of x). P: the
-        multi-term rows of this rank's entries of its own roots' quantities, the maps one
-        after the other; M: the rows of the entries it sends, the maps interleaved; F: per
+        """(PM, rows of P, F, n, layout) for `reduce_product` with these maps (n: length of
+        x; layout: `_live_layout`, the entries with terms, the only ones that travel). PM:
+        P above M, one product for both (each row keeps its stored order, the order of its
+        sum). P: the multi-term rows of this rank's entries of its own roots' quantities, the
+        maps one after the other; M: the rows of the entries it sends, the maps interleaved
+        (their values land at the start of the reduce's layout, right after P's); F: per
         (own quantity, map), rows in that order, the quantity's entries in entry order over
         z = [x, P x, the reduce's layout] (a one-term entry of this rank as its term, a
-        multi-term one as 1 x its sum in P, a received one as 1 x its value; an entry of this
-        rank without terms left out, as `LocalComm` leaves it out. A received entry without
-        terms is 0.0 and adds nothing: a sum starting at +0.0 is never -0.0, and s + 0.0 == s
-        for every other s. Only the sender knows its nodes' pattern.)"""
+        multi-term one as 1 x its sum in P, a received one as 1 x its value; an entry without
+        terms left out, as `LocalComm` leaves it out: it is 0.0 and adds nothing, since a sum
+        starting at +0.0 is never -0.0, and s + 0.0 == s for every other s)."""
         rt = self._rank_routes(plan)
         mats = [sp.csr_matrix(S) for S in maps]
+        lay = self._live_layout(plan, mats)
         m, n = len(mats), mats[0].shape[1]
         own = rt["own_q"]
         ents = rt["own_ents"]                            # own quantities' entries, in order
@@ -510,8 +535,8 @@ class MpiComm(Comm):
             c[multi] = p_at + np.arange(int(multi.sum()))
             prows.append(ents[multi])
             p_at += int(multi.sum())
-            far = ~local           # only the sender knows its pattern: all its entries come
-            c[far] = off_part + rt["pos_of"][ents[far]] * m + j
+            far = ~local & (lay["pos_of"][ents] >= 0)      # received: they have terms
+            c[far] = off_part + lay["pos_of"][ents[far]] * m + j
             keep = far | (cnt > 0)
             rows.append(qrow[keep] * m + j)
             cols.append(c[keep])
@@ -520,11 +545,11 @@ class MpiComm(Comm):
         order = np.argsort(r, kind="stable")             # per row: entry order, as gathered
         indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(own) * m))])
         F = sp.csr_matrix((np.concatenate(vals)[order], np.concatenate(cols)[order], indptr),
-                          shape=(len(own) * m, off_part + rt["work_n"] * m))
-        P = sp.vstack([A[pr] for A, pr in zip(mats, prows)], format="csr")
-        sent = rt["loc_order"][:rt["n_sent"]]
-        M = _interleave_rows([A[sent] for A in mats])
-        return P, M, F, n
+                          shape=(len(own) * m, off_part + lay["work_n"] * m))
+        sent = lay["loc_order"][:lay["n_sent"]]
+        parts = [A[pr] for A, pr in zip(mats, prows)] + [_interleave_rows([A[sent] for A in mats])]
+        PM = sp.vstack(parts, format="csr")
+        return PM, p_at - n, F, n, lay
 
     @staticmethod
     def _own_flat(rt: dict, m: int) -> np.ndarray:
@@ -537,19 +562,24 @@ class MpiComm(Comm):
         return flat
 
     def _travel_up(self, rt: dict, part: np.ndarray) -> None:
-        """A reduce's rounds between the ranks on its layout `part` (rows: `work`)."""
+        """A reduce's rounds between the ranks on its layout `part` (rows: `work`, a
+        C-contiguous array). A round's received chunks are consecutive rows of `part`
+        (`_reduce_layout`), so they are received in place."""
         m = part.shape[1]
         for send, recv in rt["up_at"]:
-            got = self._alltoallv([part[ix].ravel() for ix in send],
-                                  [(r.stop - r.start) * m for r in recv])
-            for r, buf in zip(recv, got):
-                part[r] = buf.reshape(-1, m)
+            counts = [(r.stop - r.start) * m for r in recv]
+            into = part[recv[0].start:recv[-1].stop].reshape(-1) if _consecutive(recv) else None
+            got = self._alltoallv([part[ix].ravel() for ix in send], counts, into)
+            if into is None:
+                for r, buf in zip(recv, got):
+                    part[r] = buf.reshape(-1, m)
 
     def _own_row_map(self, plan: RelayPlan, slot: tuple, maps, owner):
-        """(rows that read only this rank's entries, the maps side by side cut to them with
-        each entry's column moved to its quantity's place in `kwork` (a copy holds its root's
-        value; the same terms in the same order in every row: the same sums), a (K,) array
-        with NaN at the rows that read other entries and 0 at the others)."""
+        """(rows that read only this rank's entries, or None when that is every row; the
+        maps side by side cut to them with each entry's column moved to its quantity's place
+        in `kwork` (a copy holds its root's value; the same terms in the same order in every
+        row: the same sums); a (K,) array with NaN at the rows that read other entries and 0
+        at the others)."""
         rt = self._rank_routes(plan)
         W = len(rt["kwork"])
 
@@ -563,15 +593,14 @@ class MpiComm(Comm):
                                shape=(len(rows), W * len(maps)))
             blank = np.zeros(M.shape[0])
             blank[other] = np.nan
-            return rows, Sc, blank
+            return (None if len(rows) == M.shape[0] else rows), Sc, blank
         return cached_on_plan(plan, slot, owner, make)
 
     def _sum_rows(self, plan, maps, powers, e: np.ndarray, slot=("mpi_cols_sum",)) -> np.ndarray:
         """The maps' terms of this rank's rows added up from `e` (the `kwork` values)."""
         rows, Sc, blank = self._own_row_map(plan, slot, maps, tuple(maps))
-        r = blank.copy()
-        r[rows] = Sc @ np.concatenate([e if p == 1 else e ** p for p in powers])
-        return r
+        return _at_rows(rows, blank, Sc @ np.concatenate([e if p == 1 else e ** p
+                                                          for p in powers]))
 
     def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray, maps, powers
                       ) -> np.ndarray:
@@ -602,9 +631,7 @@ class MpiComm(Comm):
         out = []
         for j, (S, p) in enumerate(zip(maps, powers)):
             rows, Sc, blank = self._own_row_map(plan, ("mpi_cols", j), [S], S)
-            r = blank.copy()
-            r[rows] = Sc @ (e if p == 1 else e ** p)
-            out.append(r)
+            out.append(_at_rows(rows, blank, Sc @ (e if p == 1 else e ** p)))
         return out
 
     def global_max(self, plan: RelayPlan, entry_values: np.ndarray) -> float:
@@ -626,6 +653,7 @@ class MpiComm(Comm):
         """Per-node (messages, bytes) since the last snapshot, summed over the ranks
         (collective); resets the counters."""
         from mpi4py import MPI
+        self._flush_charges()
         m, b = np.empty_like(self.msgs), np.empty_like(self.bytes)
         self.world.Allreduce([self.msgs, MPI.INT64_T], [m, MPI.INT64_T])
         self.world.Allreduce([self.bytes, MPI.INT64_T], [b, MPI.INT64_T])
@@ -703,6 +731,40 @@ def _as_slice(pos: np.ndarray):
         return slice(0, 0)
     a = int(pos[0])
     return slice(a, a + len(pos)) if np.array_equal(pos, np.arange(a, a + len(pos))) else pos
+
+
+def _work_layout(n_entries: int, loc_ent: np.ndarray, upward) -> dict:
+    """A reduce's rank-local positions (`MpiComm._reduce_layout`): `work`, this rank's own
+    entries (`loc_order`: those it sends first, peer chunk by peer chunk in the order they
+    travel, then the rest) and then those it receives, round by round and peer by peer;
+    `pos_of`, each entry's position in `work` (-1: never here); `up_at`, per round the send
+    chunks as slices or positions and the receive slices."""
+    sent = [ix[np.isin(ix, loc_ent)] for send, _recv in upward for ix in send]
+    first = np.concatenate(sent) if sent else np.zeros(0, np.int64)
+    loc_order = np.concatenate([first, np.setdiff1d(loc_ent, first)]).astype(np.int64)
+    got = [ix for _send, recv in upward for ix in recv]
+    work = np.concatenate([loc_order, *got]).astype(np.int64)
+    pos_of = np.full(n_entries, -1, dtype=np.int64)
+    pos_of[work] = np.arange(len(work))
+    up_at = [([_as_slice(pos_of[ix]) for ix in send], [_as_slice(pos_of[ix]) for ix in recv])
+             for send, recv in upward]
+    return {"work": work, "work_n": len(work), "loc_order": loc_order, "n_sent": len(first),
+            "up_at": up_at, "pos_of": pos_of}
+
+
+def _at_rows(rows: np.ndarray | None, blank: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A (K,) array with `values` at `rows` and `blank` elsewhere (`values` itself when the
+    rows are all of them, None)."""
+    if rows is None:
+        return values
+    out = blank.copy()
+    out[rows] = values
+    return out
+
+
+def _consecutive(slices: list) -> bool:
+    """Whether the slices are non-empty in number and each starts where the last one stops."""
+    return bool(slices) and all(a.stop == b.start for a, b in zip(slices, slices[1:]))
 
 
 def _interleave_rows(mats) -> sp.csr_matrix:
