@@ -739,9 +739,12 @@ def _work_layout(n_entries: int, loc_ent: np.ndarray, upward) -> dict:
     travel, then the rest) and then those it receives, round by round and peer by peer;
     `pos_of`, each entry's position in `work` (-1: never here); `up_at`, per round the send
     chunks as slices or positions and the receive slices."""
-    sent = [ix[np.isin(ix, loc_ent)] for send, _recv in upward for ix in send]
+    mine = np.zeros(n_entries, dtype=bool)
+    mine[loc_ent] = True
+    sent = [ix[mine[ix]] for send, _recv in upward for ix in send]
     first = np.concatenate(sent) if sent else np.zeros(0, np.int64)
-    loc_order = np.concatenate([first, np.setdiff1d(loc_ent, first)]).astype(np.int64)
+    mine[first] = False                   # the rest of its own entries, ascending
+    loc_order = np.concatenate([first, np.flatnonzero(mine)]).astype(np.int64)
     got = [ix for _send, recv in upward for ix in recv]
     work = np.concatenate([loc_order, *got]).astype(np.int64)
     pos_of = np.full(n_entries, -1, dtype=np.int64)
