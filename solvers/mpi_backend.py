@@ -28,8 +28,11 @@ per rank hop towards every rank holding one of its entries; a reduce moves every
 value to its root's rank (a rank at depth k of the tree sends in round `rounds - k + 1`, after
 the ranks below it), where the root adds its quantity's entries in entry order, the sum one
 process computes (a rank's partial sums would send fewer floats but add in another order, and
-the solver's path depends on the last bits of these sums: docs/scale-mpi.md). The layout of
-every round follows from the plan (the same on both sides), so only payload floats travel. A
+the solver's path depends on the last bits of these sums: docs/scale-mpi.md). The inner
+loop's reduce (`reduce_product`) moves only the entries with terms in its maps: the others
+are 0.0 and add nothing to any sum, and which ones they are travels once per set of maps
+(`_live_layout`). The layout of every round follows from the plan (the same on both sides),
+so only payload floats travel, and a round's received values land in place. A
 rank waiting for an exchange yields its core between tests of the request
 (`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
 loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several
