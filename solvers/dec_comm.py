@@ -492,14 +492,9 @@ class Comm:
         """Add the tallied collectives (`_charge_width`) to the counters of the nodes this
         process holds."""
         own = self.local_nodes()
-        every = len(own) == self.n_nodes
         for msgs, nbytes, width, count in self._pending.values():
-            if every:
-                self.msgs += msgs * count
-                self.bytes += nbytes * (width * count)
-            else:
-                self.msgs[own] += msgs[own] * count
-                self.bytes[own] += nbytes[own] * (width * count)
+            self.msgs[own] += msgs[own] * count
+            self.bytes[own] += nbytes[own] * (width * count)
         self._pending = {}
 
 
