@@ -136,3 +136,75 @@ def test_a_run_that_closes_reports_optimal_within_its_gap():
     assert 0.0 <= res.gap <= 0.05 + 1e-9
     assert res.gap == pytest.approx((res.objective - res.bound) / res.objective, rel=1e-9)
     assert system.evaluate(inst, res.solution).feasible
+
+
+# ---------------------------------------------------------------------- Ipopt's status (FixedNLP)
+def _legacy(name):
+    from pyomo.opt import TerminationCondition as Legacy
+    return getattr(Legacy, name)
+
+
+#: Ipopt's termination (pyomo.opt) -> the status of a fixed-binaries solve; every other: error
+IPOPT_WANT = {"optimal": TC.locallyOptimal, "locallyOptimal": TC.locallyOptimal,
+              "maxIterations": TC.iterationLimit, "maxTimeLimit": TC.maxTimeLimit,
+              "infeasible": TC.locallyInfeasible}
+
+
+@pytest.fixture(scope="module")
+def fixed_nlp(tiny1):
+    from cefl_opt.solvers.centralized import FixedNLP
+    return FixedNLP(tiny1)
+
+
+class _FakeIpopt:
+    """Stands for the SolverFactory's Ipopt: leaves the model at its start (the reference,
+    feasible) and ends with `tc`."""
+
+    def __init__(self, tc):
+        self.tc, self.calls = tc, 0
+
+    def solve(self, m, **kw):
+        self.calls += 1
+        return SimpleNamespace(solver=SimpleNamespace(termination_condition=self.tc,
+                                                      iterations=3))
+
+
+@pytest.mark.parametrize("name", ["optimal", "locallyOptimal", "maxIterations", "maxTimeLimit",
+                                  "infeasible", "error", "unknown", "other", "userInterrupt"])
+def test_each_ipopt_termination_maps_to_its_own_status(monkeypatch, tiny1, fixed_nlp, name):
+    from cefl_opt.solvers.centralized import decisions_for
+    fake = _FakeIpopt(_legacy(name))
+    monkeypatch.setattr(fixed_nlp, "solver", fake)
+    retries = fixed_nlp.retries
+    sol, status, obj = fixed_nlp.solve(decisions_for(tiny1, [0] * tiny1.T))
+    want = IPOPT_WANT.get(name, TC.error)
+    assert status == want
+    failed = want in (TC.locallyInfeasible, TC.error)
+    # a failed solve is retried once (then reported with no point); a stop keeps its point
+    assert fake.calls == (2 if failed else 1) and fixed_nlp.retries == retries + failed
+    if failed:
+        assert sol is None and obj is None
+    else:
+        ev = system.evaluate(tiny1, sol)
+        assert ev.feasible and obj == pytest.approx(ev.objective, rel=1e-12)
+
+
+# ---------------------------------------------------------------------- decentralized's status
+@pytest.mark.parametrize("reason, feasible, tc, sstat", [
+    ("converged", True, TC.locallyOptimal, SolutionStatus.feasible),
+    ("stalled", True, TC.stalled, SolutionStatus.feasible),
+    ("max_outer", True, TC.iterationLimit, SolutionStatus.feasible),
+    ("converged", False, TC.locallyOptimal, SolutionStatus.infeasible),
+])
+def test_decentralized_maps_its_stop_reason_and_feasibility(monkeypatch, tiny1, reason,
+                                                            feasible, tc, sstat):
+    from cefl_opt.solvers import decentralized as dz
+    sol = system.reference_solution(tiny1)
+    sol.objective = 1.5
+    info = {"stop_reason": reason, "feasible": feasible, "wall_s": 0.1, "outer_iterations": 4,
+            "inner_iterations": 9, "central_steps": []}
+    monkeypatch.setattr(dz, "solve_decentralized", lambda inst, **kw: (sol, dict(info)))
+    res = solve(tiny1, "decentralized")
+    assert res.termination_condition == tc and res.solution_status == sstat
+    assert res.objective == 1.5 and res.iterations == 4
+    assert res.accounting.stop_reason == reason

@@ -236,6 +236,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M56", "cefl_opt/system.py", "scale = np.minimum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "scale = np.maximum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "reference rates above the DC's capacity", EVAL),
+    # ---- the other methods' status mappings
+    Mutant("M57", "solvers/centralized.py",
+           "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
+           "PyoTC.maxTimeLimit: TerminationCondition.locallyOptimal,",
+           "an Ipopt solve stopped by its time limit read as converged", SCIP),
+    Mutant("M58", "solvers/decentralized.py", '"stalled": TerminationCondition.stalled}',
+           '"stalled": TerminationCondition.locallyOptimal}',
+           "a stalled decentralized run read as converged", SCIP),
 )
 
 
