@@ -155,20 +155,29 @@ def test_ml_floor_refuses_a_varying_vartheta():
 CLOSED = "convergenceCriteriaSatisfied"
 
 
-def _table_bound(monkeypatch, inst, table, incumbent=None):
-    """`decomposed_bound` with `round_floor` replaced by `table[(t, k)]` = (floor, status)."""
-    calls = []
+def _fake_scip_lower(monkeypatch, table):
+    """SCIP's bound of each round subproblem replaced by `table[(t, k)]` = (floor, status):
+    the round from the last `round_instance` built, the aggregator from the model's fixed
+    Is[0, k]. Returns the (t, k) asked for, in order."""
+    calls, last = [], []
+    real_round = bd.round_instance
 
-    def fake(inst_, t, a, mu, time_limit, *, aggregator, **kw):
-        calls.append((t, aggregator, a))
-        return table[(t, aggregator)]
-    monkeypatch.setattr(bd, "round_floor", fake)
-    return bd.decomposed_bound(inst, 5.0, incumbent), calls
+    def round_instance(inst, t):
+        last.append(t)
+        return real_round(inst, t)
+
+    def fake(m, time_limit, seed=0):
+        k = next(k for k in m.S if m.dc[0].Is[0, k].fixed and m.dc[0].Is[0, k].value > 0.5)
+        calls.append((last[-1], k))
+        return table[(last[-1], k)]
+    monkeypatch.setattr(bd, "round_instance", round_instance)
+    monkeypatch.setattr(bd, "_scip_lower", fake)
+    return calls
 
 
 def _by_hand(inst, floors):
     """min over cells j of F[j] + sum_t min_k (max(floor, a_t cut) + (c0[j] - c0[0]) Delta_t cut)
-    with cut = LA + LR, by loops."""
+    with cut = LA + LR and a_t = c0[0] Delta_t + xi2, by loops."""
     F, c0 = bd.ml_floor(inst)
     LA, LR = bd.delay_floors(inst)
     best = math.inf
@@ -194,38 +203,39 @@ def tiny():
 
 
 def _floors(inst):
-    """Round floors well above the aggregator cuts, one below its cut, one unproven (None)."""
+    """Round floors just above the aggregator cuts a_t (LA + LR) in round 0, one below its
+    cut and one unproven (None) in round 1."""
+    F, c0 = bd.ml_floor(inst)
     LA, LR = bd.delay_floors(inst)
-    cut = 10.0 * (LA + LR).max() * (inst.xi2 + 1.0)
-    return {(0, 0): cut * 1.3, (0, 1): cut * 1.1, (1, 0): 1e-9, (1, 1): None}
+    cut = [[(c0[0] * float(inst.Delta[t].sum()) + inst.xi2) * (LA[t, k] + LR[t, k])
+            for k in range(inst.S)] for t in range(inst.T)]
+    return {(0, 0): cut[0][0] * 1.03, (0, 1): cut[0][1] * 1.05, (1, 0): 1e-9, (1, 1): None}
 
 
 def test_decomposed_bound_takes_the_least_aggregator_the_cut_and_the_least_cell(
         monkeypatch, tiny):
     floors = _floors(tiny)
-    table = {tk: (v, CLOSED) for tk, v in floors.items()}
-    db, calls = _table_bound(monkeypatch, tiny, table)
-    assert sorted((t, k) for t, k, _a in calls) == sorted(table)
+    calls = _fake_scip_lower(monkeypatch, {tk: (v, CLOSED) for tk, v in floors.items()})
     want = _by_hand(tiny, floors)
+    # the floors lie below the reference's objective, so no cutoff can be what is reported
+    assert want < system.evaluate(tiny, system.reference_solution(tiny)).objective
+    db = bd.decomposed_bound(tiny, 60.0)
+    assert sorted(calls) == sorted(floors)
     assert db.bound == pytest.approx(want, rel=1e-12)
-    LA, LR = bd.delay_floors(tiny)
     assert db.rounds[0] == [floors[(0, 0)], floors[(0, 1)]]          # above their cuts: kept
     assert db.rounds[1][0] > floors[(1, 0)] and db.rounds[1][1] > 0   # below / none: the cuts
-    # each round's weight a_t = c0_lo Delta_t + xi2 reaches round_floor
-    F, c0 = bd.ml_floor(tiny)
-    for t, _k, a in calls:
-        assert a == pytest.approx(c0[0] * float(tiny.Delta[t].sum()) + tiny.xi2, rel=1e-12)
+    assert db.closed
 
 
-@pytest.mark.parametrize("scale, below", [(0.5, True), (2.0, False)])
+@pytest.mark.parametrize("scale, below", [(0.5, True), (1.5, False)])
 def test_decomposed_bound_is_the_least_of_itself_and_the_incumbent(monkeypatch, tiny, scale,
                                                                    below):
     floors = _floors(tiny)
-    table = {tk: (v, CLOSED) for tk, v in floors.items()}
+    _fake_scip_lower(monkeypatch, {tk: (v, CLOSED) for tk, v in floors.items()})
     want = _by_hand(tiny, floors)
-    db, _calls = _table_bound(monkeypatch, tiny, table, incumbent=scale * want)
+    db = bd.decomposed_bound(tiny, 60.0, scale * want)
     assert db.bound == pytest.approx(scale * want if below else want, rel=1e-12)
-    assert db.cutoff == scale * want
+    assert db.cutoff == pytest.approx(scale * want, rel=1e-12) or not below
 
 
 @pytest.mark.parametrize("statuses, closed", [
@@ -239,26 +249,22 @@ def test_decomposed_bound_is_closed_only_when_every_round_is(monkeypatch, tiny, 
                                                              closed):
     floors = _floors(tiny)
     keys = sorted(floors)
-    table = {tk: (floors[tk], s) for tk, s in zip(keys, statuses)}
-    db, _calls = _table_bound(monkeypatch, tiny, table)
+    _fake_scip_lower(monkeypatch, {tk: (floors[tk], s) for tk, s in zip(keys, statuses)})
+    db = bd.decomposed_bound(tiny, 60.0)
     assert db.closed is closed
     assert [db.status[t][k] for t, k in keys] == list(statuses)
-
-
-@pytest.mark.parametrize("closed, tc", [(True, "optimal"), (False, "time_limit")])
-def test_the_method_maps_closed_to_optimal_and_open_to_time_limit(monkeypatch, tiny, closed, tc):
+    # and the method says so: optimal when closed, time limit otherwise
     from cefl_opt.solvers.options import BoundOptions
-    fake = SimpleNamespace(bound=2.0, ml=1.0, rounds=[[1.0]], status=[["x"]], cutoff=4.0,
-                           wall_s=0.1, closed=closed)
-    monkeypatch.setattr(bd, "decomposed_bound", lambda *a, **kw: fake)
-    res = bd.solve_decomposed_bound(tiny, BoundOptions(time_limit=5, incumbent=4.0))
-    assert res.termination_condition.value == tc
-    assert res.bound == 2.0 and res.gap == pytest.approx(0.5, rel=1e-12)
+    want = _by_hand(tiny, floors)
+    res = bd.solve_decomposed_bound(tiny, BoundOptions(time_limit=60, incumbent=2 * want))
+    assert res.termination_condition.value == ("optimal" if closed else "time_limit")
+    assert res.bound == pytest.approx(want, rel=1e-12)
+    assert res.gap == pytest.approx(0.5, rel=1e-9)
     assert res.solution is None and res.solution_status.value == "no_solution"
 
 
 class _FakeScip:
-    """Stands for pyomo's ScipDirect in `_scip_lower`: a given termination and bound."""
+    """Stands for SCIP's Pyomo interface in `_scip_lower`: a given termination and bound."""
     tc, bound = None, None
 
     def solve(self, m, **kw):
@@ -277,7 +283,10 @@ class _FakeScip:
 ])
 def test_scip_lower_reads_the_termination(monkeypatch, tc, bound, want):
     import pyomo.contrib.solver.solvers.scip.scip_direct as sd
+
+    from cefl_opt.solvers import scip as scip_mod
     fake = type("F", (_FakeScip,), {"tc": tc, "bound": bound})
     monkeypatch.setattr(sd, "ScipDirect", fake)
+    monkeypatch.setattr(scip_mod, "QuietScip", fake, raising=False)
     got, name = bd._scip_lower(None, 1.0)
     assert name == tc and got == want

@@ -56,34 +56,45 @@ def _ref_objective(inst):
     return system.evaluate(inst, system.reference_solution(inst)).objective
 
 
-@pytest.mark.parametrize("tc", list(PyoTC), ids=lambda t: t.name)
+NO_POINT = (PyoTC.provenInfeasible, PyoTC.locallyInfeasible)
+
+
+@pytest.mark.parametrize("tc", [t for t in PyoTC if t not in NO_POINT], ids=lambda t: t.name)
 def test_each_scip_termination_maps_to_its_own_status(monkeypatch, tiny1, tc):
     j = _ref_objective(tiny1)
-    _fake_scip(monkeypatch, tc, lower=0.8 * j, upper=j, solutions=True)
+    _fake_scip(monkeypatch, tc, lower=0.5 * j, upper=j, solutions=True)
     res = solve(tiny1, "scip", time_limit=5)
     want = WANT.get(tc, TC.unknown)
     assert res.termination_condition == want
     assert res.info["scip_termination"] == tc.name
-    if want == TC.provenInfeasible:
-        assert res.solution is None and res.solution_status == SolutionStatus.noSolution
-        return
     assert res.objective == pytest.approx(j, rel=1e-9)
     assert res.solution_status == (SolutionStatus.optimal if want == TC.convergenceCriteriaSatisfied
                                    else SolutionStatus.feasible)
     # the bound is SCIP's dual bound, not its incumbent; the gap is measured from it
-    assert res.bound == 0.8 * j
-    assert res.gap == pytest.approx(0.2, rel=1e-9)
+    assert res.bound == 0.5 * j
+    assert res.gap == pytest.approx(0.5, rel=1e-9)
+
+
+@pytest.mark.parametrize("tc", NO_POINT, ids=lambda t: t.name)
+def test_scip_finding_no_point_under_the_cutoff_proves_the_cutoff(monkeypatch, tiny1, tc):
+    """Both of SCIP's infeasibilities read as a proof that no point lies below the cutoff U:
+    the optimum is >= U, and no solution is reported."""
+    _fake_scip(monkeypatch, tc, lower=None, upper=None, solutions=False)
+    res = solve(tiny1, "scip", time_limit=5, incumbent=1.25)
+    assert res.termination_condition == TC.convergenceCriteriaSatisfied
+    assert res.solution_status == SolutionStatus.noSolution and res.bound == 1.25
+    assert res.solution is None and "cutoff" in res.message
 
 
 @pytest.mark.parametrize("tc", [PyoTC.maxTimeLimit, PyoTC.convergenceCriteriaSatisfied,
-                                PyoTC.provenInfeasible, PyoTC.error])
+                                PyoTC.iterationLimit, PyoTC.error])
 def test_without_an_incumbent_the_status_stays_and_no_solution_is_reported(monkeypatch, tiny1,
                                                                            tc):
-    _fake_scip(monkeypatch, tc, lower=1.5, upper=None, solutions=False)
+    _fake_scip(monkeypatch, tc, lower=1e-3, upper=None, solutions=False)
     res = solve(tiny1, "scip", time_limit=5)
     assert res.termination_condition == WANT.get(tc, TC.unknown)
     assert res.solution is None and res.solution_status == SolutionStatus.noSolution
-    assert res.bound == 1.5 and tc.name in res.message
+    assert res.bound == 1e-3 and tc.name in res.message
 
 
 def test_a_bound_not_yet_proven_is_none_and_so_is_the_gap(monkeypatch, tiny1):
@@ -101,14 +112,8 @@ def test_with_a_cutoff_the_bound_is_the_least_of_it_and_scips(monkeypatch, tiny1
     _fake_scip(monkeypatch, PyoTC.maxTimeLimit, lower=0.8 * j, upper=j, solutions=True)
     res = solve(tiny1, "scip", time_limit=5, incumbent=cut_scale * j)
     assert res.bound == (cut_scale * j if want == "cut" else 0.8 * j)
+    assert res.gap == pytest.approx(1 - res.bound / j, rel=1e-9)
     assert res.termination_condition == TC.maxTimeLimit
-
-
-def test_below_the_cutoff_no_point_proves_the_cutoff(monkeypatch, tiny1):
-    _fake_scip(monkeypatch, PyoTC.provenInfeasible, lower=None, upper=None, solutions=False)
-    res = solve(tiny1, "scip", time_limit=5, incumbent=1.25)
-    assert res.termination_condition == TC.convergenceCriteriaSatisfied
-    assert res.solution_status == SolutionStatus.noSolution and res.bound == 1.25
 
 
 # ---------------------------------------------------------------------- real SCIP runs

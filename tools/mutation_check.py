@@ -35,6 +35,7 @@ class Mutant:
     new: str
     what: str
     tests: tuple[str, ...]
+    alts: tuple[tuple[str, str], ...] = ()     # other (old, new) spellings of the same bug
 
 
 EVAL = ("tests/test_system.py", "tests/test_system_round_and_bs_indices.py",
@@ -55,8 +56,24 @@ BOUND = ("tests/test_bound_components.py",
          "tests/test_bound.py::test_ml_floor_lies_below_the_ml_parts_of_feasible_points",
          "tests/test_bound.py::test_round_instance_is_that_round")
 SCIP = ("tests/test_status_mapping.py",)
-ASSOC = ("tests/test_assoc_moves.py",)
-AGG = ("tests/test_aggregator_moves.py",)
+_AS = "tests/test_assoc_moves.py::test_"
+ASSOC = tuple(_AS + n for n in (
+    "bs_groups_are_every_bs_serving_two_or_more_ues_with_their_common_links",
+    "a_sweep_tries_every_group_move_once", "group_moves_take_the_best_of_several_targets",
+    "group_moves_lower_P_and_end_where_no_group_move_does", "trial_predictions_match_the_evaluator",
+    "a_pass_lowers_P_by_at_least_its_predicted_gain",
+    "the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR",
+    "exact_moves_lower_P_and_end_where_no_flagged_trial_does"))
+_AG = "tests/test_aggregator_moves.py::test_"
+AGG = tuple(_AG + n for n in (
+    "better_accepts_only_a_fall_of_J_among_feasible_points",
+    "better_puts_feasible_before_infeasible", "best_of_is_the_minimum_and_keeps_the_first_on_ties",
+    "search_ends_at_a_coordinate_minimum_and_every_move_lowers_J",
+    "search_keeps_the_incumbent_when_no_move_lowers_J", "search_passes_bound_the_work",
+    "rank_estimates_puts_feasible_first_by_J_then_infeasible_by_violation",
+    "screen_with_exact_estimates_finds_what_the_full_search_finds",
+    "screen_finishes_only_the_best_estimates",
+    "screen_estimates_only_when_a_visit_has_more_trials"))
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- evaluator (cefl_opt/system.py)
@@ -151,16 +168,19 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M29", "solvers/bound.py", "/ np.sqrt(g2)\n", "/ np.sqrt(g1)\n",
            "ML floor's noise term at the cell's lower end", BOUND),
     Mutant("M30", "solvers/bound.py", "(cut if lo is None else max(lo, cut))",
-           "(cut if lo is None else lo)", "round floor not raised to its aggregator cut", BOUND),
+           "(cut if lo is None else lo)", "round floor not raised to its aggregator cut", BOUND,
+           alts=(("else max(lo, floors[t][k])", "else lo"),)),
     Mutant("M31", "solvers/bound.py", "(np.array(floors)[None] + rise).min(axis=2)",
            "(np.array(floors)[None] + rise).max(axis=2)", "bound takes the worst aggregator",
            BOUND),
     Mutant("M32", "solvers/bound.py", "        b = min(b, incumbent)",
-           "        b = max(b, incumbent)", "bound above the incumbent it is capped by", BOUND),
+           "        b = max(b, incumbent)", "bound above the incumbent it is capped by", BOUND,
+           alts=(("else min(float(total[j]), top)", "else max(float(total[j]), top)"),)),
     Mutant("M33", "solvers/bound.py",
            'closed = all(s in ("convergenceCriteriaSatisfied",',
            'closed = any(s in ("convergenceCriteriaSatisfied",',
-           "bound closed when one round subproblem is", BOUND),
+           "bound closed when one round subproblem is", BOUND,
+           alts=(("closed=all(s in CLOSED", "closed=any(s in CLOSED"),)),
     Mutant("M34", "solvers/bound.py", "        return math.inf, tc", "        return None, tc",
            "a round SCIP proves empty reads as unbounded", BOUND),
     Mutant("M35", "solvers/bound.py", "LA[t, k] = max(up, float(ss[:, k].max()))",
@@ -185,13 +205,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "scip's incumbent called optimal when the run stopped early", SCIP),
     Mutant("M41", "solvers/scip.py", "lower = None if lower is None else min(lower, cut)",
            "lower = None if lower is None else lower", "scip's bound not capped by the cutoff",
-           SCIP),
+           SCIP, alts=(("else min(lower, top)", "else lower"),)),
     Mutant("M42", "solvers/scip.py", "(ev.objective - lower) / max(abs(ev.objective), 1e-12)",
            "(ev.objective - lower) / max(abs(lower), 1e-12)", "scip's gap relative to the bound",
            SCIP),
     Mutant("M43", "solvers/scip.py", "bound=cut, info=info, message=f\"SCIP proved",
            "bound=None, info=info, message=f\"SCIP proved",
-           "the cutoff proven by scip is not reported as the bound", SCIP),
+           "the cutoff proven by scip is not reported as the bound", SCIP,
+           alts=(("bound=top, info=info, message=f\"SCIP proved",
+                  "bound=None, info=info, message=f\"SCIP proved"),)),
     # ---- association and group moves (solvers/assoc_moves.py)
     Mutant("M44", "solvers/assoc_moves.py", "            if len(ues) < 2:",
            "            if len(ues) < 3:", "group moves skip BSs serving two UEs", ASSOC),
@@ -252,13 +274,15 @@ def run_mutant(mu: Mutant, python: str, timeout: float) -> dict:
     path = ROOT / mu.path
     text = path.read_text()
     missing = [t for t in mu.tests if not (ROOT / t.split("::")[0]).exists()]
-    if text.count(mu.old) != 1 or missing:
+    spelling = next(((o, n) for o, n in ((mu.old, mu.new), *mu.alts) if text.count(o) == 1),
+                    None)
+    if spelling is None or missing:
         why = f"test files missing: {missing}" if missing else "text not found once"
         return {"id": mu.id, "what": mu.what, "result": f"not applied ({why})",
                 "seconds": 0.0, "tests": " ".join(mu.tests)}
     t0 = time.perf_counter()
     try:
-        path.write_text(text.replace(mu.old, mu.new))
+        path.write_text(text.replace(*spelling))
         p = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                             *mu.tests], cwd=ROOT, capture_output=True, text=True,
                            timeout=timeout)
