@@ -392,14 +392,28 @@ def full_rates(inst: Instance) -> np.ndarray:
     return R
 
 
-def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
+def capacity_rates(inst: Instance) -> np.ndarray:
+    """R_bs within both capacities wherever the instance admits any (B R_floor <= Rmax_s):
+    R_floor plus, per DC, one common fraction of each BS's headroom Rmax_bs - R_floor, as
+    large as Rmax_s allows (eqn: BS_capacity, eqn: Server_capacity)."""
+    head = inst.Rmax_bs - inst.R_floor                                    # [B, S]
+    spare = inst.Rmax_s - inst.B * inst.R_floor
+    frac = np.clip(spare / np.maximum(head.sum(axis=0), 1e-300), 0.0, 1.0)
+    return inst.R_floor + head * frac[None, :]
+
+
+def reference_solution(inst: Instance, aggregator: int = 0, *,
+                       within_capacity: bool = False) -> Solution:
     """The reference orchestration (docs/modelling.md, 'Weights and infeasible capacity'): no
     offloading, fixed aggregator, mid-range f, m, gamma, z = C/2, BS data routed to the DC of its
     own sub-network, best-rate UE-BS associations. gamma is mid-range of [gamma_min, the largest
-    common gamma that the corollary's step-size condition allows] (`common_gamma_step_cap`), so
-    the reference is a feasible point of P."""
+    common gamma that the corollary's step-size condition allows] (`common_gamma_step_cap`).
+    R_bs is `full_rates` (the normalising weights' point), which R_floor can lift above Rmax_s
+    (eqn: Server_capacity), or, `within_capacity`, `capacity_rates`. Either is a point of P
+    only where `evaluate` finds no violation: a caller that needs a feasible point checks."""
     from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
     g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
+    rates = capacity_rates(inst) if within_capacity else full_rates(inst)
     rounds = []
     for t in range(inst.T):
         rho_bs = np.zeros((inst.B, inst.S))
@@ -413,8 +427,8 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
             m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
             aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),
-            downlink_bs=best_rate_downlink(inst, t), R_bs=full_rates(inst)))
-    return Solution(rounds=rounds, method="reference", status="feasible").for_instance(inst)
+            downlink_bs=best_rate_downlink(inst, t), R_bs=rates.copy()))
+    return Solution(rounds=rounds, method="reference").for_instance(inst)
 
 
 def normalising_weights(inst: Instance) -> dict[str, float]:

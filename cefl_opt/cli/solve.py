@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_atomic
+from ..io import check_distinct, check_writable, write_atomic, write_json_atomic
 import numpy as np
 
 from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, _fail
@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="solve Problem P on an instance",
                        usage="%(prog)s NET --method METHOD --out OUT [options]",
                        formatter_class=_Formatter,
-                       description="Solve P with a named method. Exit 0: solution written; 2: bad "
-                                   "input;\n3: infeasible instance; 4: no solution (time "
-                                   "limit, solver failure).\n\nmethods:\n"
+                       description="Solve P with a named method. Exit 0: solution written "
+                                   "(decomposed-bound: its bound's report);\n2: bad input; 3: "
+                                   "infeasible instance; 4: no solution (time limit,\nsolver "
+                                   "failure).\n\nmethods:\n"
                                    + "\n".join(f"  {k:21s}{_first_clause(v)}"
                                                for k, v in descs.items()),
                        epilog="A flag or --set key that the method does not take is an error.")
@@ -130,6 +131,10 @@ def run_solve(args: argparse.Namespace) -> int:
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
             return EXIT_INFEASIBLE_INSTANCE
+        if "report" in res.info:           # a bound's proof (decomposed-bound), not a solution
+            write_json_atomic(args.out, res.info["report"])
+            print(f"wrote {args.out}: bound {res.bound:.8g}")
+            return EXIT_OK
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
             why = res.message
