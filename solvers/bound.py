@@ -407,7 +407,11 @@ def _incumbent(inst: Instance, weights: dict[str, float] | None, seconds: float)
 
 
 def _send_result(conn, inst: Instance, weights) -> None:
+    """The child of `_incumbent`: `decentralized`'s Results (None if it raised) on `conn`; it
+    dies with its parent."""
     from .base import solve
+    from .isolation import _die_with_parent
+    _die_with_parent()
     try:
         conn.send(solve(inst, "decentralized", weights=weights))
     except Exception:  # noqa: BLE001 - no incumbent; the bound runs without it

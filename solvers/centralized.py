@@ -35,6 +35,10 @@ from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOption
 
 IPOPT_DEFAULTS: dict[str, Any] = {"tol": 1e-8, "max_iter": 3000, "print_level": 0,
                                   "mu_strategy": "adaptive"}
+#: Ipopt's console log is off whatever the options say: Pyomo captures it on a pipe that a
+#: thread drains while cyipopt holds the GIL, so a long log could block the solve, and nobody
+#: reads it (Ipopt's output_file and file_print_level write one to a file)
+IPOPT_QUIET: dict[str, Any] = {"print_level": 0}
 
 
 def _require_cyipopt():
@@ -83,7 +87,7 @@ class FixedNLP:
                  ipopt_options: dict[str, Any] | None = None, time_limit: float | None = None):
         self.inst, self.bound, self.weights = inst, bound, weights
         self.solver = _require_cyipopt()
-        self.options = {**IPOPT_DEFAULTS, **(ipopt_options or {})}
+        self.options = {**IPOPT_DEFAULTS, **(ipopt_options or {}), **IPOPT_QUIET}
         if time_limit is not None:
             self.options["max_cpu_time"] = float(time_limit)
         ref = system.reference_solution(inst)

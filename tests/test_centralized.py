@@ -343,3 +343,11 @@ def test_ipopt_enum_out_of_time_after_the_decentralized_seed_returns_its_point(s
     assert [d["seed"] for d in res.info["seeds"]] == ["decentralized"]
     assert res.objective == pytest.approx(dec.objective, rel=1e-12)
     assert system.evaluate(small, res.solution).feasible
+
+
+def test_ipopt_prints_nothing_into_the_captured_output_whatever_the_options_say():
+    # its console log goes to a pipe drained by a thread while cyipopt holds the GIL
+    from cefl_opt.solvers.centralized import FixedNLP
+    inst = make_instance("tiny", seed=0, rounds=1)
+    nlp = FixedNLP(inst, ipopt_options={"print_level": 12, "tol": 1e-7})
+    assert nlp.options["print_level"] == 0 and nlp.options["tol"] == 1e-7
