@@ -109,12 +109,13 @@ def _label(p: Path, what: str, option: str | None) -> str:
 
 
 def read_input(path: str | Path, *, what: str, option: str | None = None,
-               limit: int = MAX_INPUT_BYTES) -> bytes:
+               limit: int | None = None) -> bytes:
     """The bytes of the input file `path` (a `what`, given with `option` if any), or InputError
     naming both: the file (where its symbolic links lead) must be a regular file of at most
-    `limit` bytes. A FIFO, a device node (/dev/zero) or a socket is refused at once: it is
-    opened without blocking and never read."""
+    `limit` bytes (default MAX_INPUT_BYTES). A FIFO, a device node (/dev/zero) or a socket is
+    refused at once: it is opened without blocking and never read."""
     p = Path(path)
+    limit = MAX_INPUT_BYTES if limit is None else limit
     label = _label(p, what, option)
     try:
         _check_regular(os.stat(p).st_mode, label)
@@ -145,7 +146,7 @@ def read_input(path: str | Path, *, what: str, option: str | None = None,
 
 
 def read_input_text(path: str | Path, *, what: str, option: str | None = None,
-                    limit: int = MAX_INPUT_BYTES) -> str:
+                    limit: int | None = None) -> str:
     """:func:`read_input` decoded as UTF-8; a byte that is not UTF-8 is an InputError naming
     the file, the option and where the byte is."""
     data = read_input(path, what=what, option=option, limit=limit)

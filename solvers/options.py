@@ -556,12 +556,14 @@ def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str,
 
 def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
     """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
-    typed; a mapping option as a table). A malformed file or an unknown key is an
-    OptionError naming it."""
+    typed; a mapping option as a table), read by `cefl_opt.io.read_input_text` (a regular
+    file of at most MAX_OPTIONS_BYTES, UTF-8). A malformed file, an unknown key or one option
+    given twice (`time_limit` and `time-limit`) is an OptionError naming it."""
     import tomllib
 
-    from cefl_opt.io import MAX_OPTIONS_BYTES, read_input_text
-    text = read_input_text(path, what="options", option="--options", limit=MAX_OPTIONS_BYTES)
+    from cefl_opt import io
+    text = io.read_input_text(path, what="options", option="--options",
+                              limit=io.MAX_OPTIONS_BYTES)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -31,7 +31,8 @@ cannot show are written as backslash escapes (``PYTHONIOENCODING=ascii``).
 Every failure is one line ``cefl-opt: error: <message>`` on stderr, never a traceback (set
 ``CEFL_OPT_DEBUG=1`` to get it), and leaves no output file behind: outputs are written
 atomically (:mod:`cefl_opt.io`), the last step of a command. The libraries' own diagnostics
-(Pyomo's log, numpy's RuntimeWarnings) are kept off stderr (``CEFL_OPT_DEBUG=1`` shows them).
+(Pyomo's log, numpy's RuntimeWarnings) are kept off the standard streams (``CEFL_OPT_DEBUG=1``
+shows them).
 """
 from __future__ import annotations
 
@@ -265,8 +266,8 @@ def _quiet_stdout(quiet: bool):
 
 @contextlib.contextmanager
 def _quiet_libraries(debug: bool):
-    """The libraries' own diagnostics stay off stderr, where the command's one line is the
-    message: Pyomo's log (e.g. W1002, a solver's value a rounding error outside a variable's
+    """The libraries' own diagnostics stay off the standard streams, where the command's lines
+    are the message: Pyomo's log (e.g. W1002, a solver's value a rounding error outside a variable's
     bounds) and numpy's RuntimeWarnings (overflow, invalid value: the commands check every
     result they write or report for finiteness). ``CEFL_OPT_DEBUG=1`` shows them."""
     if debug:
