@@ -556,17 +556,28 @@ def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str,
 
 def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
     """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
-    typed; a mapping option as a table). A malformed file or an unknown key is an
-    OptionError naming it."""
+    typed; a mapping option as a table), read by `cefl_opt.io.read_input_text` (a regular
+    file of at most MAX_OPTIONS_BYTES, UTF-8). A malformed file, an unknown key or one option
+    given twice (`time_limit` and `time-limit`) is an OptionError naming it."""
     import tomllib
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") \
-                from None
+
+    from cefl_opt import io
+    text = io.read_input_text(path, what="options", option="--options",
+                              limit=io.MAX_OPTIONS_BYTES)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") from None
     fields = file_fields(cls)
-    return {_resolve_key(cls, k, fields, f"in '{path}'"): v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for k, v in data.items():
+        name = _resolve_key(cls, k, fields, f"in '{path}'")
+        if name in given:     # `time_limit` and `time-limit`: one option given twice
+            raise OptionError(f"option '--options' file '{path}' sets option {name!r} twice, "
+                              f"as {given[name]!r} and {k!r}")
+        out[name], given[name] = v, k
+    return out
 
 
 def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Namespace,
