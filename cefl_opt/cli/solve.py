@@ -80,16 +80,20 @@ def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
             for spelling, value in ((flag, "true"), ("--no-" + flag[2:], "false")):
                 deprecated(p, spelling, command="solve", use=f"--set {f.name}={value}",
                            dest="set_items", nargs=0,
-                           store=_appender(f"{f.name}={value}"))
+                           store=_appender(f"{f.name}={value}", spelling))
         else:
             deprecated(p, flag, command="solve", use=use, dest="set_items", metavar="VALUE",
-                       store=_appender(f"{f.name}=" + "{}"))
+                       store=_appender(f"{f.name}=" + "{}", flag))
 
 
-def _appender(item: str):
-    """store(namespace, value) of a deprecated flag: one more --set item."""
+def _appender(item: str, flag: str):
+    """store(namespace, value) of the deprecated flag `flag`: one more --set item, which
+    messages name by `flag`."""
+    from ..solvers.options import SetItem
+
     def store(ns: argparse.Namespace, value) -> None:
-        ns.set_items = [*(getattr(ns, "set_items", None) or []), item.format(value)]
+        ns.set_items = [*(getattr(ns, "set_items", None) or []),
+                        SetItem(item.format(value), flag)]
     return store
 
 

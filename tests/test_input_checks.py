@@ -1,0 +1,217 @@
+"""Options checked against the ranges the native solvers accept before any work, messages that
+name the right option, Ipopt's verdict on `ipopt_options` entries, and `estimate --sol`'s
+checks: each case is one line on stderr naming the option or field, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cefl_opt import cli
+from cefl_opt.generator import make_instance
+from cefl_opt.solvers.options import (SCIP_SEED_MAX, SCIP_THREADS_MAX, SCIP_TIME_MAX,
+                                      FixedOptions, OptionError, ScipOptions)
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    d = tmp_path_factory.mktemp("net")
+    make_instance("tiny", seed=0, rounds=2).save(d / "net.json")
+    make_instance("tiny", seed=1, rounds=2).save(d / "other.json")
+    return d
+
+
+def _one_error(capsys, *needles):
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.strip().splitlines() if "warning: " not in ln]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------- native ranges
+def test_scip_ranges_are_scips_own():
+    """SCIP's parameter table: limits/time [0, 1e20], randomseedshift [0, 2^31-1] (a C int),
+    parallel/maxnthreads [0, 64]; the ends are walked by test_accept_reject for every option."""
+    pyscipopt = pytest.importorskip("pyscipopt")
+    m = pyscipopt.Model()
+    m.hideOutput()
+    for param, top in (("limits/time", SCIP_TIME_MAX), ("randomization/randomseedshift",
+                                                         SCIP_SEED_MAX),
+                       ("parallel/maxnthreads", SCIP_THREADS_MAX)):
+        m.setParam(param, top)                       # SCIP takes the end ...
+        assert m.getParam(param) == top
+    o = ScipOptions(time_limit=SCIP_TIME_MAX, seed=SCIP_SEED_MAX, threads=SCIP_THREADS_MAX)
+    assert (o.time_limit, o.seed, o.threads) == (SCIP_TIME_MAX, SCIP_SEED_MAX, SCIP_THREADS_MAX)
+
+
+@pytest.mark.parametrize("flag,value,name", [
+    ("--seed", "18446744073709551616", "seed"), ("--seed", str(2 ** 31), "seed"),
+    ("--threads", "1000000000000", "threads"), ("--threads", "65", "threads"),
+    ("--time-limit", "1e308", "time_limit"), ("--time-limit", "1.0000001e20", "time_limit"),
+])
+def test_scip_options_out_of_scips_range_are_exit_2_before_any_work(tmp_path, capsys, flag,
+                                                                     value, name):
+    # the instance does not exist: the option is refused before anything is read
+    out = tmp_path / "s.json"
+    rc = cli.main(["solve", str(tmp_path / "missing.json"), "--method", "scip", flag, value,
+                   "--out", str(out)])
+    line = _one_error(capsys, f"option '{name}'")
+    assert rc == 2 and not out.exists()
+    assert "paramset" not in line and "too large" not in line
+
+
+def test_decomposed_bound_time_limit_has_scips_range(tmp_path, capsys):
+    rc = cli.main(["solve", str(tmp_path / "missing.json"), "--method", "decomposed-bound",
+                   "--time-limit", "1e308", "--out", str(tmp_path / "s.json")])
+    assert rc == 2
+    _one_error(capsys, "option 'time_limit' must be in (0, 1e+20]")
+
+
+@pytest.mark.parametrize("value,ok", [(2 ** 32 - 1, True), (2 ** 32, False), (2 ** 64, False),
+                                      (0, True), (-1, False)])
+def test_plot_layout_seed_is_checked_at_parse_time(net, value, ok):
+    argv = ["plot", str(net / "net.json"), "s.json", "--layout-seed", str(value), "--out",
+            "f.png"]
+    parser = cli.build_parser(["plot"])
+    if ok:
+        assert parser.parse_args(argv).layout_seed == value
+    else:
+        with pytest.raises(cli.OptionError, match="--layout-seed.*4294967295"):
+            parser.parse_args(argv)
+
+
+def test_plot_layout_seed_out_of_range_exit_2_before_loading(tmp_path, capsys):
+    rc = cli.main(["plot", str(tmp_path / "missing.json"), "s.json", "--layout-seed", str(2 ** 64),
+                   "--out", str(tmp_path / "f.png")])
+    assert rc == 2 and not list(tmp_path.iterdir())
+    _one_error(capsys, "--layout-seed", str(2 ** 64))
+
+
+# ---------------------------------------------------------------------- messages
+@pytest.mark.parametrize("key", ["ipopt_options", "weights", "ipopt-options"])
+def test_set_of_a_file_only_option_says_so(net, tmp_path, capsys, key):
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "fixed", "--set", f"{key}=x",
+                   "--out", str(tmp_path / "s.json")])
+    line = _one_error(capsys, "can be set only in an options file", "--options")
+    assert rc == 2 and "unknown option" not in line
+
+
+def test_set_of_an_unknown_key_is_still_unknown(net, tmp_path, capsys):
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "fixed", "--set", "ipopt=x",
+                   "--out", str(tmp_path / "s.json")])
+    assert rc == 2
+    _one_error(capsys, "unknown option 'ipopt' (--set)")
+
+
+def test_a_deprecated_flag_of_another_method_names_that_flag(net, tmp_path, capsys):
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "fixed", "--lambda1", "0.5",
+                   "--out", str(tmp_path / "s.json")])
+    line = _one_error(capsys, "'lambda1' (--lambda1)")
+    assert rc == 2 and "--set" not in line
+
+
+def test_estimate_apply_and_out_the_same_file(net, tmp_path, capsys):
+    x = tmp_path / "x.json"
+    rc = cli.main(["estimate", str(net / "net.json"), "--dataset", "digits", "--apply", str(x),
+                   "--out", str(x)])
+    line = _one_error(capsys, "'--apply'", "also the value of '--out'")
+    assert rc == 2 and "input" not in line and not x.exists()
+
+
+# ---------------------------------------------------------------------- ipopt_options
+@pytest.mark.parametrize("text,needle", [
+    ('max_iter = "x"', "entry 'max_iter' = 'x' is refused by Ipopt: Tried to set Option: "
+                       "max_iter. It is a valid option, but it is of type Integer"),
+    ("bogus_option = 1", "entry 'bogus_option' = 1 is refused by Ipopt: Tried to set Option: "
+                         "bogus_option. It is not a valid option"),
+    ("max_iter = -1", "entry 'max_iter' = -1 is refused by Ipopt"),
+    ('mu_strategy = "sideways"', "entry 'mu_strategy' = 'sideways' is refused by Ipopt"),
+    ("print_level = true", "entry 'print_level' = True: Ipopt takes a number or a string"),
+])
+def test_a_bad_ipopt_options_entry_is_exit_2_naming_it(net, tmp_path, capfd, text, needle):
+    f, out = tmp_path / "o.toml", tmp_path / "s.json"
+    f.write_text(f"[ipopt_options]\n{text}\n")
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "fixed", "--options", str(f),
+                   "--out", str(out)])
+    cap = capfd.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and needle in lines[0], cap.err
+    assert cap.out == "" and not out.exists()            # Ipopt's own printout is captured
+
+
+def test_good_ipopt_options_are_kept_and_an_integer_for_a_real_option_becomes_a_float():
+    from cefl_opt.solvers.ipopt_check import ipopt_values
+    o = FixedOptions(ipopt_options={"max_iter": 7, "tol": 1, "mu_strategy": "monotone"})
+    assert o.ipopt_options == {"max_iter": 7, "tol": 1, "mu_strategy": "monotone"}
+    got = ipopt_values(o.ipopt_options)
+    assert got == {"max_iter": 7, "tol": 1.0, "mu_strategy": "monotone"}
+    assert type(got["tol"]) is float and type(got["max_iter"]) is int
+    with pytest.raises(OptionError, match="entry 'max_iter' = 2.5"):
+        FixedOptions(ipopt_options={"max_iter": 2.5})
+
+
+def test_an_accepted_ipopt_entry_reaches_ipopt_in_the_type_it_takes(net):
+    from cefl_opt.instance import Instance
+    from cefl_opt.solvers.centralized import FixedNLP
+    nlp = FixedNLP(Instance.load(net / "net.json"), ipopt_options={"tol": 1, "max_iter": 5})
+    assert nlp.options["max_iter"] == 5 and nlp.options["tol"] == 1.0
+    assert type(nlp.options["tol"]) is float
+
+
+# ---------------------------------------------------------------------- estimate --sol
+@pytest.fixture(scope="module")
+def sols(net):
+    from cefl_opt.instance import Instance
+    from cefl_opt.system import reference_solution
+    inst = Instance.load(net / "net.json")
+    good = reference_solution(inst)
+    good.save(net / "good.json")
+    d = json.loads((net / "good.json").read_text())
+    row = d["rounds"][1]["rho_nb"][0]
+    row[:] = [0.0] * len(row)
+    row[0] = 1.5
+    (net / "over.json").write_text(json.dumps(d))
+    d["rounds"][1]["rho_nb"][0][0] = 1.0 + 1e-9                  # round-off: accepted
+    (net / "edge.json").write_text(json.dumps(d))
+    return net
+
+
+@pytest.mark.parametrize("instance,sol,needle", [
+    ("other.json", "good.json", "computed for another instance"),
+    ("net.json", "over.json", "round 1: field 'rho_nb': UE 0 offloads 150 % of its data"),
+])
+def test_estimate_refuses_a_solution_it_cannot_use(sols, tmp_path, capsys, instance, sol,
+                                                   needle):
+    out = tmp_path / "e.json"
+    rc = cli.main(["estimate", str(sols / instance), "--sol", str(sols / sol), "--dataset",
+                   "digits", "--out", str(out)])
+    _one_error(capsys, needle, sol)
+    assert rc == 2 and not out.exists()
+
+
+@pytest.mark.parametrize("instance,sol,allow", [("net.json", "good.json", False),
+                                                ("net.json", "edge.json", False),
+                                                ("other.json", "good.json", True)])
+def test_estimate_takes_a_solution_of_its_instance(sols, capsys, instance, sol, allow):
+    import argparse
+
+    from cefl_opt.cli.learning import _estimate_solution
+    from cefl_opt.instance import Instance
+    inst = Instance.load(sols / instance)
+    args = argparse.Namespace(sol=str(sols / sol), allow_other_instance=allow)
+    assert len(_estimate_solution(inst, args).rounds) == inst.T
+    assert ("another instance" in capsys.readouterr().err) == allow
+
+
+def test_offload_refuses_more_than_all_of_a_ues_data():
+    from cefl_opt.instance import InstanceError
+    from cefl_opt.learning.offload import offload_counts
+    n_nb, _, D = offload_counts([10, 10], np.array([[1.0], [0.5]]), np.array([[1.0]]))
+    assert D.tolist() == [0, 5, 15]
+    with pytest.raises(InstanceError, match="UE 1 offloads 150 %"):
+        offload_counts([10, 10], np.array([[1.0], [1.5]]), np.array([[1.0]]))
+    with pytest.raises(InstanceError, match="negative share"):
+        offload_counts([10, 10], np.array([[1.0], [-0.5]]), np.array([[1.0]]))
