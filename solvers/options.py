@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from cefl_opt.system import BOUND_FORMS
+from cefl_opt.system import BOUND_FORMS, weights_problem
 
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
 
@@ -106,13 +106,8 @@ def in_interval(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
 
 
 def _weights(v: Mapping[str, Any]) -> str | None:
-    bad = sorted(set(v) - {"xi1", "xi2", "xi3"})
-    if bad:
-        return f"has unknown key {bad[0]!r} (expected xi1, xi2, xi3)"
-    for k, x in v.items():
-        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) or x < 0:
-            return f"entry {k!r} must be a finite number >= 0"
-    return None
+    """Keys among xi1, xi2, xi3, values finite and >= 0 (`system.weights_problem`)."""
+    return weights_problem(v)
 
 
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:

@@ -215,3 +215,99 @@ def test_offload_refuses_more_than_all_of_a_ues_data():
         offload_counts([10, 10], np.array([[1.0], [1.5]]), np.array([[1.0]]))
     with pytest.raises(InstanceError, match="negative share"):
         offload_counts([10, 10], np.array([[1.0], [-0.5]]), np.array([[1.0]]))
+
+
+# ---------------------------------------------------------------------- the Python API
+@pytest.fixture(scope="module")
+def api():
+    from cefl_opt.system import reference_solution
+    inst = make_instance("tiny", seed=0, rounds=2)
+    return inst, reference_solution(inst)
+
+
+def _broken(sol, t, **changes):
+    import copy
+    out = copy.deepcopy(sol)
+    for k, v in changes.items():
+        setattr(out.rounds[t], k, v(getattr(out.rounds[t], k)) if callable(v) else v)
+    return out
+
+
+@pytest.mark.parametrize("sol", [None, "sol.json", {"rounds": []}])
+def test_evaluate_refuses_what_is_not_a_solution_naming_sol(api, sol):
+    from cefl_opt import system
+    with pytest.raises(TypeError, match="argument 'sol' must be a cefl_opt.solution.Solution"):
+        system.evaluate(api[0], sol)
+    with pytest.raises(TypeError, match="argument 'sol'"):
+        system.constraint_violations(api[0], sol)
+
+
+@pytest.mark.parametrize("t,changes,needle", [
+    (0, {"uplink_bs": lambda a: np.full_like(a, 5)}, "field 'rounds[0].uplink_bs' has a BS index"),
+    (1, {"downlink_bs": lambda a: np.full_like(a, -1)}, "field 'rounds[1].downlink_bs' has a BS"),
+    (0, {"aggregator": 9}, "field 'rounds[0].aggregator' value 9 is not a DC index"),
+    (1, {"aggregator": -1}, "field 'rounds[1].aggregator' value -1 is not a DC index"),
+    (0, {"aggregator": 0.5}, "field 'rounds[0].aggregator' must be an integer"),
+    (1, {"f": lambda a: a[:1]}, "field 'rounds[1].f' has shape [1], expected"),
+    (0, {"rho_nb": lambda a: np.zeros((a.shape[0] + 1, a.shape[1]))},
+     "field 'rounds[0].rho_nb' has shape"),
+    (0, {"z": lambda a: a * np.nan}, "field 'rounds[0].z' has a non-finite value"),
+])
+def test_evaluate_refuses_a_solution_that_does_not_fit_naming_the_field(api, t, changes,
+                                                                          needle):
+    from cefl_opt import system
+    inst, ref = api
+    bad = _broken(ref, t, **changes)
+    with pytest.raises(ValueError) as e:
+        system.evaluate(inst, bad)
+    assert needle in str(e.value)
+    with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        bad.check_shapes(inst)
+
+
+def test_evaluate_refuses_a_solution_of_another_size(api):
+    from cefl_opt import system
+    inst, _ = api
+    other = make_instance("tiny", seed=0, rounds=2, ues=inst.N + 1)
+    with pytest.raises(ValueError, match=r"field 'rounds\[0\]\.rho_nb' has shape"):
+        system.evaluate(inst, system.reference_solution(other))
+    fewer = make_instance("tiny", seed=0, rounds=1)
+    with pytest.raises(ValueError, match="field 'rounds' has 1 rounds, the instance has 2"):
+        system.evaluate(inst, system.reference_solution(fewer))
+
+
+def test_evaluate_takes_every_index_at_its_ends(api):
+    """Both ends of each index range are accepted: BS 0 and B-1, DC 0 and S-1."""
+    from cefl_opt import system
+    inst, ref = api
+    for s in (0, inst.S - 1):
+        ok = _broken(ref, 0, aggregator=s)
+        assert np.isfinite(system.evaluate(inst, ok).objective)
+    for b in (0, inst.B - 1):
+        ok = _broken(ref, 1, downlink_bs=lambda a: np.full_like(a, b))
+        assert ok.check_shapes(inst) is ok
+
+
+@pytest.mark.parametrize("weights,needle", [
+    ({"xi9": 1.0}, "argument 'weights' has unknown key 'xi9'"),
+    ({"xi1": -1.0}, "argument 'weights' entry 'xi1' must be a finite number >= 0"),
+    ({"xi2": float("nan")}, "entry 'xi2'"), ({"xi3": True}, "entry 'xi3'"),
+    ([("xi1", 1.0)], "argument 'weights' must be a mapping"),
+])
+def test_evaluate_refuses_bad_weights_naming_the_key(api, weights, needle):
+    from cefl_opt import system
+    with pytest.raises(ValueError) as e:
+        system.evaluate(*api, weights=weights)
+    assert needle in str(e.value)
+
+
+def test_evaluate_weights_override_by_hand(api):
+    """J = xi1 a + xi2 b + xi3 c with the overrides in place of the instance's weights."""
+    from cefl_opt import system
+    inst, ref = api
+    ev = system.evaluate(inst, ref)
+    for w in ({"xi1": 0.0}, {"xi2": 2.5, "xi3": 0.0}, {"xi1": 0.0, "xi2": 0.0, "xi3": 0.0}):
+        want = (w.get("xi1", inst.xi1) * ev.terms["ml_bound"]
+                + w.get("xi2", inst.xi2) * ev.terms["delay"]
+                + w.get("xi3", inst.xi3) * ev.terms["energy"])
+        assert system.evaluate(inst, ref, weights=w).objective == pytest.approx(want, rel=1e-12)
