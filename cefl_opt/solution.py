@@ -110,6 +110,7 @@ class Solution:
     gap: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
     instance_sha256: str | None = None   # `Instance.fingerprint` of its instance; None: unknown
+    weights: dict[str, float] | None = None   # xi1, xi2, xi3 it was scored with; None: unknown
 
     def to_dict(self) -> dict[str, Any]:
         d = {"format": FORMAT_TAG, "method": self.method, "status": self.status,
@@ -118,6 +119,8 @@ class Solution:
              "rounds": [r.to_dict() for r in self.rounds]}
         if self.instance_sha256 is not None:
             d["instance_sha256"] = self.instance_sha256
+        if self.weights is not None:
+            d["weights"] = dict(self.weights)
         return d
 
     def save(self, path: str | Path) -> None:
@@ -184,7 +187,7 @@ class Solution:
         if data.get("format") != FORMAT_TAG:
             raise InstanceError(f"field 'format' is {data.get('format')!r}, expected {FORMAT_TAG!r}")
         known = {"format", "method", "status", "wall_s", "objective", "terms", "bound", "gap",
-                 "info", "rounds", "instance_sha256"}
+                 "info", "rounds", "instance_sha256", "weights"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in solution")
@@ -219,8 +222,15 @@ class Solution:
         if fp is not None and (not isinstance(fp, str)
                                or not re.fullmatch(r"[0-9a-f]{64}", fp)):
             raise InstanceError(f"field 'instance_sha256' must be 64 hex digits, got {fp!r}")
+        weights = data.get("weights")
+        if weights is not None:
+            from .system import weights_problem      # (system imports this module)
+            why = weights_problem(weights)
+            if why:
+                raise InstanceError(f"field 'weights' {why}")
+            weights = {k: float(v) for k, v in weights.items()}
         terms = data.get("terms") or {}
-        return cls(instance_sha256=fp, rounds=rounds, method=str(data.get("method", "unknown")),
+        return cls(instance_sha256=fp, weights=weights, rounds=rounds, method=str(data.get("method", "unknown")),
                    status=str(data.get("status", "unknown")), wall_s=float(data.get("wall_s") or 0.0),
                    objective=data.get("objective"), terms=dict(terms), bound=data.get("bound"),
                    gap=data.get("gap"), info=dict(data.get("info") or {}))

@@ -110,6 +110,12 @@ def _weights(v: Mapping[str, Any]) -> str | None:
     return weights_problem(v)
 
 
+def _no_weights(v: Mapping[str, Any]) -> str | None:
+    """Refuses every override: the method optimises the instance's own weights."""
+    return None if not v else ("is not taken by the decentralised methods (their node objectives use the "
+            "instance's xi1, xi2, xi3: set the weights in the instance)")
+
+
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
     """Each entry checked by Ipopt itself (name, type, range) when the options are built.
 
@@ -361,6 +367,9 @@ class _DecentralizedBase(MethodOptions):
     """The decentralised methods' own options; `DecentralizedOptions` adds the overrides of
     the preset's PDConstants."""
 
+    weights: dict | None = option(None, "not taken: the decentralised methods optimise the "
+                                  "instance's weights (set xi1, xi2, xi3 in the instance)",
+                                  check=_no_weights, cli=False)
     consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
                                    "as the relay depth, exact aggregation; ignored by "
                                    "centralized-pd)", check=at_least(0))

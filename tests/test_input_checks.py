@@ -311,3 +311,119 @@ def test_evaluate_weights_override_by_hand(api):
                 + w.get("xi2", inst.xi2) * ev.terms["delay"]
                 + w.get("xi3", inst.xi3) * ev.terms["energy"])
         assert system.evaluate(inst, ref, weights=w).objective == pytest.approx(want, rel=1e-12)
+
+
+# ---------------------------------------------------------------------- weights: one meaning
+DOUBLE = {"xi1": 2.0, "xi2": 0.5, "xi3": 0.0}
+DEC_METHODS = ("decentralized", "decentralized-polish", "centralized-pd")
+
+
+def test_every_method_takes_weights_or_refuses_them_by_name():
+    from cefl_opt.solvers.base import options_classes
+    for method, cls in options_classes().items():
+        if method in DEC_METHODS:
+            with pytest.raises(OptionError, match="option 'weights' is not taken"):
+                cls(weights=DOUBLE)
+            assert cls(weights={}).weights == {} and cls().weights is None
+        else:
+            assert cls(weights=DOUBLE).weights == DOUBLE
+
+
+@pytest.mark.parametrize("method", DEC_METHODS)
+def test_decentralised_methods_refuse_weights_exit_2(net, tmp_path, capsys, method):
+    f, out = tmp_path / "w.toml", tmp_path / "s.json"
+    f.write_text("[weights]\nxi1 = 2.0\n")
+    rc = cli.main(["solve", str(net / "net.json"), "--method", method, "--options", str(f),
+                   "--out", str(out)])
+    _one_error(capsys, f"method '{method}'", "option 'weights' is not taken")
+    assert rc == 2 and not out.exists()
+
+
+def _printed_objective(text: str) -> float:
+    import re
+    return float(re.search(r"objective=(\S+)", text).group(1))
+
+
+@pytest.mark.parametrize("weights", [{"xi1": 0.0, "xi2": 0.0, "xi3": 0.0}, DOUBLE])
+def test_fixed_prints_and_writes_one_objective_under_the_weights_and_records_them(
+        net, tmp_path, capsys, weights):
+    from cefl_opt import system
+    from cefl_opt.instance import Instance
+    from cefl_opt.solution import Solution
+    f, out = tmp_path / "w.toml", tmp_path / "s.json"
+    f.write_text("[weights]\n" + "".join(f"{k} = {v}\n" for k, v in weights.items()))
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "fixed", "--options", str(f),
+                   "--out", str(out)])
+    printed = _printed_objective(capsys.readouterr().out)
+    inst = Instance.load(net / "net.json")
+    sol = Solution.load(out, inst)
+    assert rc == 0 and sol.weights == weights
+    by_hand = sum(weights[k] * sol.terms[t] for k, t in (("xi1", "ml_bound"), ("xi2", "delay"),
+                                                         ("xi3", "energy")))
+    assert sol.objective == pytest.approx(by_hand, rel=1e-12, abs=1e-300)
+    assert printed == pytest.approx(sol.objective, rel=1e-7, abs=1e-300)    # 8 digits printed
+    assert system.evaluate(inst, sol, weights=weights).objective == sol.objective
+    if weights == DOUBLE:     # the instance's weights give another number
+        assert system.evaluate(inst, sol).objective != pytest.approx(sol.objective)
+
+
+def test_evaluate_cli_scores_with_the_recorded_weights_and_says_so(net, tmp_path, capsys):
+    from cefl_opt.instance import Instance
+    from cefl_opt.system import objective_weights, reference_solution
+    inst = Instance.load(net / "net.json")
+    ref = reference_solution(inst)
+    for name, w in (("own.json", DOUBLE), ("inst.json", objective_weights(inst)),
+                     ("none.json", None)):
+        ref.weights = w
+        ref.save(tmp_path / name)
+    for name, note in (("own.json", True), ("inst.json", False), ("none.json", False)):
+        rc = cli.main(["evaluate", str(net / "net.json"), str(tmp_path / name), "--json",
+                       str(tmp_path / f"ev-{name}")])
+        cap = capsys.readouterr()
+        assert rc == 0 and ("scored with the weights the solution records" in cap.err) == note
+        got = json.loads((tmp_path / f"ev-{name}").read_text())
+        want = DOUBLE if note else objective_weights(inst)
+        assert got["weights"] == want
+        by_hand = sum(want[k] * got["terms"][t] for k, t in
+                      (("xi1", "ml_bound"), ("xi2", "delay"), ("xi3", "energy")))
+        assert got["objective"] == pytest.approx(by_hand, rel=1e-12)
+
+
+@pytest.mark.parametrize("weights,needle", [({"xi7": 1.0}, "unknown key 'xi7'"),
+                                            ({"xi1": -2.0}, "entry 'xi1'"),
+                                            ([1, 2], "must be a mapping")])
+def test_a_solution_file_with_bad_weights_is_exit_2(net, tmp_path, capsys, weights, needle):
+    from cefl_opt.instance import Instance
+    from cefl_opt.system import reference_solution
+    ref = reference_solution(Instance.load(net / "net.json"))
+    d = ref.to_dict()
+    d["weights"] = weights
+    (tmp_path / "s.json").write_text(json.dumps(d))
+    rc = cli.main(["evaluate", str(net / "net.json"), str(tmp_path / "s.json")])
+    assert rc == 2
+    _one_error(capsys, "field 'weights'", needle)
+
+
+def test_decomposed_bound_compares_bound_and_incumbent_under_the_same_weights(net,
+                                                                              monkeypatch):
+    """The incumbent that caps the delays and the gap is decentralized's point scored under
+    the bound's weights (not the instance's)."""
+    from cefl_opt import system
+    from cefl_opt.instance import Instance
+    from cefl_opt.solvers import bound as bound_mod
+    from cefl_opt.solvers.base import solve
+    inst = Instance.load(net / "net.json")
+    seen = {}
+
+    def fake(inst_, left, inc, *, weights=None, **kw):
+        seen.update(inc=inc, weights=weights)
+        return bound_mod.DecomposedBound(bound=0.5 * inc, ml=0.0, rounds=[[0.0]], status=[[""]],
+                                         cutoff=inc, wall_s=0.0, closed=False)
+    monkeypatch.setattr(bound_mod, "decomposed_bound", fake)
+    res = solve(inst, "decomposed-bound", weights=DOUBLE, time_limit=30.0)
+    under_w = system.evaluate(inst, res.solution, weights=DOUBLE).objective
+    assert seen["weights"] == DOUBLE and seen["inc"] == pytest.approx(under_w, rel=1e-12)
+    assert res.objective == pytest.approx(under_w, rel=1e-12)
+    assert res.solution.weights == DOUBLE
+    assert res.gap == pytest.approx(0.5)
+    assert system.evaluate(inst, res.solution).objective != pytest.approx(under_w)

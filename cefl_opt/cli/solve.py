@@ -126,6 +126,11 @@ def run_solve(args: argparse.Namespace) -> int:
         res = solve(inst, args.method, opts, isolate=True)
         if res.rank != 0:                  # an MPI process other than 0: it writes nothing
             return EXIT_OK
+        ev = None
+        if res.solution is not None:       # one number printed and written: the evaluation's
+            with np.errstate(all="ignore"):
+                ev = system.evaluate(inst, res.solution, bound=opts.bound, weights=opts.weights)
+            res.objective = ev.objective
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.reasons
@@ -140,8 +145,6 @@ def run_solve(args: argparse.Namespace) -> int:
             return _fail(f"method '{args.method}' found no solution (status {res.status}"
                          + (f": {why}" if why else "") + f"); nothing written to "
                          f"'{args.out}'", EXIT_NO_SOLUTION)
-        with np.errstate(all="ignore"):
-            ev = system.evaluate(inst, res.solution, bound=opts.bound)
         bad = [k for k, v in {"objective": ev.objective, **ev.terms}.items()
                if not np.isfinite(v)]
         if bad:
