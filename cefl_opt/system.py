@@ -9,8 +9,10 @@ exactly here (no epigraph variables).
 from __future__ import annotations
 
 import math
+import numbers
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -277,6 +279,37 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
     return parts
 
 
+# ---- weights ---------------------------------------------------------------------------
+WEIGHT_KEYS = ("xi1", "xi2", "xi3")
+
+
+def weights_problem(weights: Any) -> str | None:
+    """Why `weights` cannot override the objective's weights (a mapping of some of xi1, xi2,
+    xi3 to finite numbers >= 0), or None."""
+    if not isinstance(weights, Mapping):
+        return f"must be a mapping of {', '.join(WEIGHT_KEYS)}, got {type(weights).__name__}"
+    bad = sorted(set(map(str, weights)) - set(WEIGHT_KEYS))
+    if bad:
+        return f"has unknown key {bad[0]!r} (expected {', '.join(WEIGHT_KEYS)})"
+    for k, x in weights.items():
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) \
+                or x < 0:
+            return f"entry {k!r} must be a finite number >= 0, got {x!r}"
+    return None
+
+
+def objective_weights(inst: Instance, weights: Mapping[str, float] | None = None
+                      ) -> dict[str, float]:
+    """xi1, xi2, xi3 of the objective (eqn: optimization objective text): the instance's,
+    each overridden by `weights` where it names it; ValueError naming a bad key."""
+    if weights is not None:
+        why = weights_problem(weights)
+        if why:
+            raise ValueError(f"argument 'weights' {why}")
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3": float(inst.xi3),
+            **{k: float(v) for k, v in (weights or {}).items()}}
+
+
 # ---- whole evaluation ------------------------------------------------------------------
 @dataclass
 class Evaluation:
@@ -302,12 +335,20 @@ class Evaluation:
 
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None, validate: bool = True) -> Evaluation:
-    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`.
-    validate=False: the caller has validated `inst` (many evaluations of one instance)."""
-    inst = validated(inst) if validate else inst
-    if len(sol.rounds) != inst.T:
-        raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
+    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`
+    under `weights` (`objective_weights`: the instance's xi1, xi2, xi3 unless overridden).
+
+    `sol` must be a Solution (else TypeError) that fits `inst` (`Solution.check_shapes`:
+    else ValueError naming the field). validate=False: the caller has validated `inst` and
+    `sol` (many evaluations of one instance)."""
+    _require_solution(sol)
+    if validate:
+        inst = validated(inst)
+        sol.check_shapes(inst)
+    elif len(sol.rounds) != inst.T:
+        raise ValueError(f"field 'rounds' has {len(sol.rounds)} rounds, the instance has "
+                         f"{inst.T}")
+    w = objective_weights(inst, weights)
     rounds, gam, ms, taus, Di = [], [], [], [], []
     for t, r in enumerate(sol.rounds):
         rt = round_terms(inst, t, r)
@@ -332,12 +373,25 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
                       ml_info=info)
 
 
+def _require_solution(sol: Any) -> None:
+    """TypeError naming the argument `sol` unless it is a Solution (a path is not one:
+    `Solution.load` reads a file)."""
+    if not isinstance(sol, Solution):
+        hint = " (load a file with Solution.load)" if isinstance(sol, (str, os.PathLike)) else ""
+        raise TypeError(f"argument 'sol' must be a cefl_opt.solution.Solution, got "
+                        f"{type(sol).__name__}{hint}")
+
+
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
                           tol: float = FEAS_TOL, validate: bool = True
                           ) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
-    Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
-    inst = validated(inst) if validate else inst
+    Delay epigraph constraints hold by construction (the maxima are evaluated exactly).
+    validate: check `inst` and `sol` as `evaluate` does."""
+    if validate:
+        _require_solution(sol)
+        inst = validated(inst)
+        sol.check_shapes(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 

@@ -30,6 +30,7 @@ from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fi
 from cefl_opt.solution import RoundDecision, Solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .ipopt_check import ipopt_values
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
 
@@ -87,7 +88,7 @@ class FixedNLP:
                  ipopt_options: dict[str, Any] | None = None, time_limit: float | None = None):
         self.inst, self.bound, self.weights = inst, bound, weights
         self.solver = _require_cyipopt()
-        self.options = {**IPOPT_DEFAULTS, **(ipopt_options or {}), **IPOPT_QUIET}
+        self.options = {**IPOPT_DEFAULTS, **ipopt_values(ipopt_options), **IPOPT_QUIET}
         if time_limit is not None:
             self.options["max_cpu_time"] = float(time_limit)
         ref = system.reference_solution(inst)

@@ -81,16 +81,20 @@ def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
             for spelling, value in ((flag, "true"), ("--no-" + flag[2:], "false")):
                 deprecated(p, spelling, command="solve", use=f"--set {f.name}={value}",
                            dest="set_items", nargs=0,
-                           store=_appender(f"{f.name}={value}"))
+                           store=_appender(f"{f.name}={value}", spelling))
         else:
             deprecated(p, flag, command="solve", use=use, dest="set_items", metavar="VALUE",
-                       store=_appender(f"{f.name}=" + "{}"))
+                       store=_appender(f"{f.name}=" + "{}", flag))
 
 
-def _appender(item: str):
-    """store(namespace, value) of a deprecated flag: one more --set item."""
+def _appender(item: str, flag: str):
+    """store(namespace, value) of the deprecated flag `flag`: one more --set item, which
+    messages name by `flag`."""
+    from ..solvers.options import SetItem
+
     def store(ns: argparse.Namespace, value) -> None:
-        ns.set_items = [*(getattr(ns, "set_items", None) or []), item.format(value)]
+        ns.set_items = [*(getattr(ns, "set_items", None) or []),
+                        SetItem(item.format(value), flag)]
     return store
 
 
@@ -123,6 +127,11 @@ def run_solve(args: argparse.Namespace) -> int:
         res = solve(inst, args.method, opts, isolate=True)
         if res.rank != 0:                  # an MPI process other than 0: it writes nothing
             return EXIT_OK
+        ev = None
+        if res.solution is not None:       # one number printed and written: the evaluation's
+            with np.errstate(all="ignore"):
+                ev = system.evaluate(inst, res.solution, bound=opts.bound, weights=opts.weights)
+            res.objective = ev.objective
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.reasons
@@ -141,8 +150,6 @@ def run_solve(args: argparse.Namespace) -> int:
             return _fail(f"method '{args.method}' found no solution (status {res.status}"
                          + (f": {why}" if why else "") + f"); nothing written to "
                          f"'{args.out}'", EXIT_NO_SOLUTION)
-        with np.errstate(all="ignore"):
-            ev = system.evaluate(inst, res.solution, bound=opts.bound)
         bad = [k for k, v in {"objective": ev.objective, **ev.terms}.items()
                if not np.isfinite(v)]
         if bad:
