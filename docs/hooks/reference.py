@@ -13,6 +13,10 @@ file in the repository:
 
 An unknown marker, or a generator that fails, fails the build.
 
+The site renders its formulas offline: `on_post_build` copies MathJax 3 (the static files of
+the dev extra's `django-static-mathjax`) into `javascripts/mathjax/`, and the theme loads no
+fonts from another host (`theme.font: false` in mkdocs.yml).
+
 The package's folders do not nest as its modules do (`pyproject.toml`'s package-dir puts
 `cefl_opt.models` in `models/` and `cefl_opt.solvers` in `solvers/`), so mkdocstrings could not
 find them by path. `lay_out_package()` builds the installed layout from links under
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import inspect
 import re
 import shutil
@@ -358,7 +363,37 @@ def lay_out_package(root: Path = ROOT, dest: Path = API_DIR) -> None:
             (target / src.name).symlink_to(src)
 
 
+#: The parts of MathJax's es5 folder the site does not need: the speech engine, the SVG and
+#: MathML-only combined components and the Node entry point.
+MATHJAX_SKIP = ("sre", "svg", "*-svg.js", "*-full*.js", "mml-chtml.js", "node-main.js")
+
+
+def mathjax_source() -> Path:
+    """MathJax 3's es5 folder as installed by the `django-static-mathjax` package; a clear
+    error when it is absent (the site would show raw TeX)."""
+    spec = importlib.util.find_spec("mathjax")
+    es5 = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
+    if es5 is None or not (es5 / "tex-mml-chtml.js").is_file():
+        raise FileNotFoundError("docs: MathJax is not installed (the dev extra's "
+                                "django-static-mathjax); run `make install`")
+    return es5
+
+
+def copy_mathjax(site_dir: Path) -> Path:
+    """MathJax's combined TeX component, its extensions and its CHTML fonts under
+    `site_dir/javascripts/mathjax/`, where mkdocs.yml's extra_javascript loads it."""
+    dest = site_dir / "javascripts" / "mathjax"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(mathjax_source(), dest, ignore=shutil.ignore_patterns(*MATHJAX_SKIP))
+    return dest
+
+
 lay_out_package()
+
+
+def on_post_build(config) -> None:  # MkDocs' API
+    copy_mathjax(Path(config["site_dir"]))
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs' API
