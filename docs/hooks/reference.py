@@ -185,16 +185,6 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _field_default(f: dataclasses.Field) -> str:
-    if f.metadata.get("default_doc"):
-        return f.metadata["default_doc"]
-    if f.default is not dataclasses.MISSING:
-        return _code(repr(f.default))
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return _code(repr(f.default_factory()))  # type: ignore[misc]
-    return ""
-
-
 def _how_set(cls: type, f: dataclasses.Field, hints: dict) -> str:
     """How the command line sets field `f`: its flag (and `--set`), `--set` only, the
     `--options` file only, or the command-level display switch."""
@@ -213,22 +203,27 @@ def _how_set(cls: type, f: dataclasses.Field, hints: dict) -> str:
     return set_
 
 
-def options_rows(cls: type) -> list[list[str]]:
+def options_rows(cls: type, fields: list[dataclasses.Field]) -> list[list[str]]:
+    from cefl_opt.solvers.options import default_text
     hints = typing.get_type_hints(cls)
     rows = []
-    for f in dataclasses.fields(cls):
+    for f in fields:
         meta = f.metadata
-        rows.append([_code(f.name), _code(_type_name(hints[f.name])), _field_default(f),
+        rows.append([_code(f.name), _code(_type_name(hints[f.name])), _code(default_text(f)),
                      describe_check(meta.get("check"), meta.get("choices")),
                      _how_set(cls, f, hints), meta.get("doc", "")])
     return rows
 
 
 def gen_options() -> str:
+    """Each options class's fields in the groups of `--list-options` (`option_groups`), with
+    their actual defaults (`default_text`), then the display switch every class has."""
     from cefl_opt.solvers.base import options_classes
+    from cefl_opt.solvers.options import option_groups
     by_class: dict[type, list[str]] = {}
     for method, cls in options_classes().items():
         by_class.setdefault(cls, []).append(method)
+    head = ["field", "type", "default", "check", "command line", "meaning"]
     out = []
     for cls, meths in by_class.items():
         out += [f"### `{cls.__name__}`", "",
@@ -236,8 +231,12 @@ def gen_options() -> str:
         doc = inspect.getdoc(cls)
         if doc and not doc.startswith(cls.__name__ + "("):  # not the dataclass signature
             out += [doc, ""]
-        out += [_table(["field", "type", "default", "check", "command line", "meaning"],
-                       options_rows(cls)), ""]
+        for group, fields in option_groups(cls):
+            out += [f"**{group[0].upper() + group[1:]}**", "",
+                    _table(head, options_rows(cls, fields)), ""]
+        display = [f for f in dataclasses.fields(cls) if f.metadata.get("display")]
+        if display:
+            out += ["**Display**", "", _table(head, options_rows(cls, display)), ""]
     return "\n".join(out)
 
 
