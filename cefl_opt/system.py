@@ -313,17 +313,28 @@ def objective_weights(inst: Instance, weights: Mapping[str, float] | None = None
 # ---- whole evaluation ------------------------------------------------------------------
 @dataclass
 class Evaluation:
+    """What `evaluate` returns.
+
+    Attributes:
+        objective: P's objective, xi1 ml_bound + xi2 delay + xi3 energy.
+        terms: {"ml_bound", "delay", "energy"}: the three unweighted parts.
+        ml_parts: the ML bound's parts (eq:convSpecial or eq:GenConvBound).
+        rounds: per round, its delays, energies, data volumes and aggregator.
+        violations: (constraint, amount) of each violated constraint.
+        ml_info: the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the
+            corollary form, both sides of the step-size condition (step_lhs <= step_rhs).
+    """
+
     objective: float
     terms: dict[str, float]
     ml_parts: dict[str, float]
     rounds: list[dict[str, Any]]
     violations: list[tuple[str, float]] = field(default_factory=list)
-    # the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the corollary
-    # form, both sides of the step-size condition (step_lhs <= step_rhs)
     ml_info: dict[str, float] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
+        """True when no constraint of P is violated."""
         return not self.violations
 
     def per_round_table(self):
@@ -335,12 +346,36 @@ class Evaluation:
 
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None, validate: bool = True) -> Evaluation:
-    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`
-    under `weights` (`objective_weights`: the instance's xi1, xi2, xi3 unless overridden).
+    """The objective of P (eqn: optimization objective text) and every constraint, for `sol`:
+    the numpy twin of the Pyomo model.
 
-    `sol` must be a Solution (else TypeError) that fits `inst` (`Solution.check_shapes`:
-    else ValueError naming the field). validate=False: the caller has validated `inst` and
-    `sol` (many evaluations of one instance)."""
+    Args:
+        inst: the instance.
+        sol: a solution with one decision per round of `inst`.
+        bound: the ML term's form, `"corollary"` (eq:convSpecial) or `"general"`
+            (eq:GenConvBound).
+        weights: overrides of the objective weights `xi1`, `xi2`, `xi3` (the instance's by
+            default; `objective_weights`).
+        validate: False when the caller has validated `inst` and `sol` (many evaluations of
+            one instance).
+
+    Returns:
+        An `Evaluation`: the objective, its three terms, per-round delays and energies, and
+        the violated constraints (`feasible` is True when there are none).
+
+    Raises:
+        TypeError: `sol` is not a Solution.
+        ValueError: `sol` does not fit `inst` (`Solution.check_shapes`; the message names the
+            field), or `weights` has an unknown key or a negative value.
+        InstanceError: `inst` is invalid.
+
+    Examples:
+        >>> from cefl_opt import evaluate, make_instance, solve
+        >>> inst = make_instance("tiny", seed=0)
+        >>> ev = evaluate(inst, solve(inst, "fixed", aggregator=0).solution)
+        >>> ev.feasible, sorted(ev.terms)
+        (True, ['delay', 'energy', 'ml_bound'])
+    """
     _require_solution(sol)
     if validate:
         inst = validated(inst)
