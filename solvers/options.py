@@ -269,6 +269,10 @@ class IpoptEnumOptions(IpoptOptions):
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
                            "within this fraction above the current objective", check=at_least(0),
                            flagged=False, group="search")
+    workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
+                                 "aggregator moves); the answer is the same for any number "
+                                 "(none: every core of this machine)", check=at_least(1),
+                                 flagged=False, group="solver")
 
 
 @dataclass(frozen=True)
