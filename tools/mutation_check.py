@@ -39,7 +39,7 @@ class Mutant:
 
 
 EVAL = ("tests/test_system.py", "tests/test_system_round_and_bs_indices.py",
-        "tests/test_model_agreement.py")
+        "tests/test_model_agreement.py", "tests/test_reference_rates.py")
 MODEL = ("tests/test_model_spec.py", "tests/test_model_agreement.py")
 CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py",
            "tests/test_association.py")
@@ -63,7 +63,8 @@ ASSOC = tuple(_AS + n for n in (
     "group_moves_lower_P_and_end_where_no_group_move_does", "trial_predictions_match_the_evaluator",
     "a_pass_lowers_P_by_at_least_its_predicted_gain",
     "the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR",
-    "exact_moves_lower_P_and_end_where_no_flagged_trial_does"))
+    "exact_moves_lower_P_and_end_where_no_flagged_trial_does",
+    "vetoes_keep_the_kind_of_the_best_trial"))
 _AG = "tests/test_aggregator_moves.py::test_"
 AGG = tuple(_AG + n for n in (
     "better_accepts_only_a_fall_of_J_among_feasible_points",
