@@ -44,6 +44,7 @@ Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or Non
 SCIP_TIME_MAX = 1e20
 SCIP_SEED_MAX = 2 ** 31 - 1
 SCIP_THREADS_MAX = 64
+WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
 
 
 class OptionError(ValueError):
@@ -271,7 +272,8 @@ class IpoptEnumOptions(IpoptOptions):
                            flagged=False, group="search")
     workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
                                  "aggregator moves); the answer is the same for any number "
-                                 "(none: every core of this machine)", check=at_least(1),
+                                 "(none: every core of this machine)",
+                                 check=in_interval(1, WORKERS_MAX),
                                  flagged=False, group="solver")
 
 
