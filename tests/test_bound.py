@@ -86,7 +86,7 @@ def test_decomposed_bound_is_below_the_enumerated_optimum(seed):
     inst = make_instance("tiny", seed=seed)
     best, _sol, _count = exhaustive(inst)
     free = decomposed_bound(inst, 8)
-    cut = decomposed_bound(inst, 20, incumbent=best)
+    cut = decomposed_bound(inst, 40, incumbent=best)
     assert free.bound <= best * (1 + 1e-6) and cut.bound <= best * (1 + 1e-6)
     assert cut.bound >= 0.8 * best            # and, given the optimum's value, not a trivial one
     assert cut.cutoff == best and cut.cutoff_source == "incumbent"
