@@ -140,16 +140,6 @@ def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]
     return _finite(res.objective_bound), tc
 
 
-def round_floor(inst: Instance, t: int, a: float, mu: float, time_limit: float, *,
-                cap: float | None, weights: dict[str, float] | None = None,
-                seed: int = 0, aggregator: int | None = None) -> tuple[float | None, str]:
-    """A proven lower bound on a * (dA_t + dR_t) + xi3 * E_t over round t's feasible points
-    with every m_i >= mu and dA_t, dR_t <= cap (`round_model`), SCIP's within `time_limit` s.
-    Returns (bound, SCIP's termination); bound +inf when SCIP proves no point."""
-    m = round_model(inst, t, a, mu, cap=cap, weights=weights, aggregator=aggregator)
-    return _scip_lower(m, time_limit, seed)
-
-
 def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | None,
                 weights: dict[str, float] | None = None, aggregator: int | None = None):
     """Round t's subproblem: a * (dA_t + dR_t) + xi3 * E_t (round t's delay, weighted by a,
@@ -255,8 +245,8 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     depends only on gbar, m_min, g_max and is at least `ml_floor`'s F, and c0 >= c0_lo; what
     is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
     once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
-    relaxation). Round t's part is at least min_k of `round_floor` with aggregator k fixed
-    (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
+    relaxation). Round t's part is at least min_k of SCIP's bound on `round_model` with
+    aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
     cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
     min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
     bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
