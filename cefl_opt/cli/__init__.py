@@ -78,8 +78,8 @@ def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = 
     """An argparse type: a finite number (an integer if `integer`) with lo <= x (lo < x when
     `lo_open`) and x <= hi; a bad value is a usage error naming the option and the value."""
     want = "an integer" if integer else "a finite number"
-    rng = [f"{'>' if lo_open else '>='} {lo:g}" if lo is not None else "",
-           f"<= {hi:g}" if hi is not None else ""]
+    rng = [f"{'>' if lo_open else '>='} {_num(lo)}" if lo is not None else "",
+           f"<= {_num(hi)}" if hi is not None else ""]
     text = f"must be {want}" + (" " + " and ".join(r for r in rng if r) if any(rng) else "")
 
     def parse(s: str):
@@ -95,9 +95,17 @@ def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = 
     return parse
 
 
+def _num(x: float) -> str:
+    """A range end in a message: integers exactly (4294967295, not 4.29497e+09)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 POSITIVE = number(lo=0, lo_open=True)
 COUNT = number(lo=1, integer=True)           # a count of at least one
-SEED = number(lo=0, integer=True)
+#: every seed of the command line: numpy's seed range (a 32-bit unsigned integer), which
+#: `numpy.random.seed`, `RandomState` and the layouts of `plot` accept
+SEED_MAX = 2 ** 32 - 1
+SEED = number(lo=0, hi=SEED_MAX, integer=True)
 
 
 class Deprecated(argparse.Action):
