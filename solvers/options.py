@@ -119,15 +119,29 @@ def _no_weights(v: Mapping[str, Any]) -> str | None:
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
     """Each entry checked by Ipopt itself (name, type, range) when the options are built.
 
-    `solvers.ipopt_check` sets it on a throwaway problem; cyipopt is imported only for a
+    `solvers.native_check` sets it on a throwaway problem; cyipopt is imported only for a
     non-empty mapping (without it, the method reports cyipopt missing)."""
     if not v:
         return None
     try:
-        from .ipopt_check import check_ipopt_options
+        from .native_check import check_ipopt_options
     except ImportError:
         return None
     return check_ipopt_options(v)
+
+
+def _scip_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by SCIP itself (name, type, range) when the options are built.
+
+    `solvers.native_check` sets it on a throwaway SCIP model; pyscipopt is imported only for
+    a non-empty mapping (without it, the method reports SCIP missing)."""
+    if not v:
+        return None
+    try:
+        from .native_check import check_scip_options
+    except ImportError:
+        return None
+    return check_scip_options(v)
 
 
 # ---------------------------------------------------------------------- type handling
@@ -287,7 +301,9 @@ class ScipOptions(MethodOptions):
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
-    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
+    scip_options: dict = option({}, "extra SCIP parameters (name -> value), each checked by "
+                                "SCIP when the options are built", check=_scip_entries,
+                                cli=False)
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def test_a_bad_ipopt_options_entry_is_exit_2_naming_it(net, tmp_path, capfd, tex
 
 
 def test_good_ipopt_options_are_kept_and_an_integer_for_a_real_option_becomes_a_float():
-    from cefl_opt.solvers.ipopt_check import ipopt_values
+    from cefl_opt.solvers.native_check import ipopt_values
     o = FixedOptions(ipopt_options={"max_iter": 7, "tol": 1, "mu_strategy": "monotone"})
     assert o.ipopt_options == {"max_iter": 7, "tol": 1, "mu_strategy": "monotone"}
     got = ipopt_values(o.ipopt_options)
@@ -427,3 +427,34 @@ def test_decomposed_bound_compares_bound_and_incumbent_under_the_same_weights(ne
     assert res.solution.weights == DOUBLE
     assert res.gap == pytest.approx(0.5)
     assert system.evaluate(inst, res.solution).objective != pytest.approx(under_w)
+
+
+# ---------------------------------------------------------------------- scip_options
+@pytest.mark.parametrize("text,needle", [
+    ('"limits/time" = 1e308', "entry 'limits/time' = 1e+308 is refused by SCIP: [paramset.c"),
+    ('"limits/bogus" = 1', "entry 'limits/bogus' = 1 is refused by SCIP: not a SCIP parameter"),
+    ('"limits/nodes" = 1.5', "entry 'limits/nodes' = 1.5 is refused: SCIP would store it as 1"),
+    ('"limits/time" = "x"', "entry 'limits/time' = 'x' is refused by SCIP"),
+    ('"randomization/randomseedshift" = -1', "entry 'randomization/randomseedshift' = -1"),
+])
+def test_a_bad_scip_options_entry_is_exit_2_naming_it(net, tmp_path, capfd, text, needle):
+    pytest.importorskip("pyscipopt")
+    f, out = tmp_path / "o.toml", tmp_path / "s.json"
+    f.write_text(f"[scip_options]\n{text}\n")
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "scip", "--options", str(f),
+                   "--out", str(out)])
+    cap = capfd.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and needle in lines[0], cap.err
+    assert cap.out == "" and not out.exists()
+
+
+def test_good_scip_options_are_kept_and_leave_the_check_model_as_it_was():
+    pyscipopt = pytest.importorskip("pyscipopt")
+    from cefl_opt.solvers.native_check import _scip_model
+    o = ScipOptions(scip_options={"limits/time": SCIP_TIME_MAX, "limits/nodes": 7,
+                                  "misc/catchctrlc": False, "lp/initalgorithm": "p"})
+    assert o.scip_options["limits/nodes"] == 7
+    fresh = pyscipopt.Model()
+    for k in o.scip_options:
+        assert _scip_model().getParam(k) == fresh.getParam(k)
