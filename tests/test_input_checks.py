@@ -458,3 +458,21 @@ def test_good_scip_options_are_kept_and_leave_the_check_model_as_it_was():
     fresh = pyscipopt.Model()
     for k in o.scip_options:
         assert _scip_model().getParam(k) == fresh.getParam(k)
+
+
+# ---------------------------------------------------------------------- command-line ranges
+@pytest.mark.parametrize("argv,flag,top", [
+    (["estimate", "n.json", "--dataset", "digits", "--out", "e.json"], "--threads", 1024),
+    (["train", "n.json", "s.json", "--dataset", "digits", "--out", "t.csv"], "--threads", 1024),
+    (["estimate", "n.json", "--dataset", "digits", "--out", "e.json"], "--seed", 2 ** 32 - 1),
+    (["train", "n.json", "s.json", "--dataset", "digits", "--out", "t.csv"], "--seed",
+     2 ** 32 - 1),
+    (["network", "generate", "--preset", "tiny", "--out", "n.json"], "--seed", 2 ** 32 - 1),
+])
+def test_thread_counts_and_seeds_of_the_command_line_end_where_documented(argv, flag, top):
+    parser = cli.build_parser([argv[0]])
+    dest = flag[2:]
+    assert getattr(parser.parse_args(argv + [flag, str(top)]), dest) == top      # the end
+    for bad in (top + 1, 10 ** 12, 2 ** 64):
+        with pytest.raises(cli.OptionError, match=f"{flag}.*<= {top}, got '{bad}'"):
+            parser.parse_args(argv + [flag, str(bad)])

@@ -103,6 +103,10 @@ COUNT = number(lo=1, integer=True)           # a count of at least one
 #: `numpy.random.seed`, `RandomState` and the layouts of `plot` accept
 SEED_MAX = 2 ** 32 - 1
 SEED = number(lo=0, hi=SEED_MAX, integer=True)
+#: every thread count of the command line (torch's threads of train and estimate): at most
+#: 1024, far above any machine's cores and below the C int the libraries take
+THREADS_MAX = 1024
+THREADS = number(lo=1, hi=THREADS_MAX, integer=True)
 
 
 class Deprecated(argparse.Action):
