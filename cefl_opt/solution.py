@@ -98,7 +98,22 @@ class InstanceMismatch(InputError):
 
 @dataclass
 class Solution:
-    """A full orchestration plus how it was obtained."""
+    """A full orchestration (one `RoundDecision` per round, docs/formulation.md '2. Variables')
+    plus how it was obtained: the method, its status, wall time, objective and its terms, and
+    the proven bound and gap where the method has one. Its file format is on the File formats
+    page.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> from cefl_opt import Solution, make_instance, solve
+        >>> sol = solve(make_instance("tiny", seed=0), "fixed", aggregator=1).solution
+        >>> [r.aggregator for r in sol.rounds]
+        [1, 1]
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "sol.json"
+        >>> sol.save(path)
+        >>> Solution.load(path).objective == sol.objective
+        True
+    """
 
     rounds: list[RoundDecision]
     method: str = "manual"
@@ -237,4 +252,17 @@ class Solution:
 
     @classmethod
     def load(cls, path: str | Path, instance: Instance | None = None) -> "Solution":
+        """Read a solution file.
+
+        Args:
+            path: the JSON file.
+            instance: when given, the solution's shapes are checked against it, and a recorded
+                instance fingerprint that is not `instance.fingerprint()` is refused.
+
+        Returns:
+            The solution.
+
+        Raises:
+            InputError: the file is missing, malformed, or not for `instance`.
+        """
         return cls.from_dict(read_json(path, what="solution"), instance)

@@ -55,19 +55,30 @@ class UnknownOptionError(OptionError):
 
 
 # ---------------------------------------------------------------------- field declarations
+#: The groups of options, in the order `--list-options` and the options reference list them:
+#: what P is, the solver's own limits, then the decentralised method's phases (the relaxed
+#: phase and its inner solver, the rounding, the search after it, the finishing phase, the
+#: neighbour messages) and what a run records.
+GROUPS = ("problem", "solver", "relaxed phase", "rounding", "search", "finishing", "messaging",
+          "recording")
+
+
 def option(default: Any, doc: str, *, check: Check | None = None,
            choices: tuple[str, ...] | None = None, cli: bool = True, flag: str | None = None,
            metavar: str | None = None, default_doc: str | None = None, flagged: bool = True,
-           display: bool = False) -> Any:
+           display: bool = False, group: str = "solver") -> Any:
     """Declare one option: default, documentation, validation (`check` returns a reason or
     None; `choices` for strings) and how it appears on the command line: `cli=False`: Python
     API and `--options FILE` only; `flagged=False`: no flag of its own, set with
     `--set KEY=VALUE` or `--options FILE`; `flag` overrides the generated `--name-with-dashes`;
     `display=True`: a display switch (progress bar), set by the command-level
-    `--progress/--no-progress`, not an algorithm option."""
+    `--progress/--no-progress`, not an algorithm option. `group` (one of `GROUPS`) is the
+    phase of the method the option acts in, under which `--list-options` lists it."""
+    if group not in GROUPS:
+        raise ValueError(f"option group {group!r}: expected one of {', '.join(GROUPS)}")
     meta = {"doc": doc, "check": check, "choices": choices, "cli": cli, "flag": flag,
             "metavar": metavar, "default_doc": default_doc, "flagged": flagged,
-            "display": display}
+            "display": display, "group": group}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -194,9 +205,11 @@ class MethodOptions:
     """Options every method takes. Subclasses add theirs with `option(...)`."""
 
     bound: str = option("corollary", "form of the ML bound: corollary (eq:convSpecial) or "
-                        "general (Theorem 1, eq:GenConvBound)", choices=BOUND_FORMS)
+                        "general (Theorem 1, eq:GenConvBound)", choices=BOUND_FORMS,
+                        group="problem")
     weights: dict | None = option(None, "overrides of the objective weights xi1, xi2, xi3 "
-                                  "(the instance's by default)", check=_weights, cli=False)
+                                  "(the instance's by default)", check=_weights, cli=False,
+                                  group="problem")
     progress: bool = option(False, "display only: a tqdm bar on stderr of the method's Ipopt "
                             "solves, SCIP's solved nodes or the decentralised outer iterations "
                             "(the command-level --progress/--no-progress)", display=True)
@@ -258,22 +271,28 @@ class IpoptEnumOptions(IpoptOptions):
                                       "they run out: the best point so far, termination "
                                       "time_limit; none: no limit)", check=positive)
     sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
-                         check=at_least(1))
+                         check=at_least(1), group="search")
     starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
-                         "aggregator sequences to the seeds", check=at_least(1))
-    seed: int = option(0, "seed of the random aggregator sequences (starts > 1)", check=at_least(0))
+                         "aggregator sequences to the seeds", check=at_least(1),
+                         group="search")
+    seed: int = option(0, "seed of the random aggregator sequences (starts > 1)",
+                       check=at_least(0), group="search")
     seed_decentralized: bool = option(True, "seed the search with the binaries of the "
                                       "decentralized and decentralized-polish methods",
-                                      flagged=False)
+                                      flagged=False, group="search")
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
                            "within this fraction above the current objective", check=at_least(0),
-                           flagged=False)
+                           flagged=False, group="search")
+    workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
+                                 "aggregator moves); the answer is the same for any number "
+                                 "(none: every core of this machine)", check=at_least(1),
+                                 flagged=False, group="solver")
 
 
 @dataclass(frozen=True)
 class FixedOptions(IpoptOptions):
     aggregator: int = option(0, "DC index s of the aggregator of every round",
-                             check=at_least(0))
+                             check=at_least(0), group="problem")
 
 
 @dataclass(frozen=True)
@@ -376,6 +395,12 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
+#: The phase each PDConstants field acts in (`GROUPS`); the others are the relaxed phase's and
+#: its inner solver's (which every phase runs).
+PD_CONSTANT_GROUPS = {"live_only": "finishing", "descent": "finishing", "stall_tol": "finishing",
+                      "stall_window": "finishing", "candidates": "rounding",
+                      "move_passes": "rounding", "agg_passes": "search", "agg_screen": "search",
+                      "refine_rounds": "search"}
 
 
 @dataclass(frozen=True)
@@ -385,20 +410,24 @@ class _DecentralizedBase(MethodOptions):
 
     weights: dict | None = option(None, "not taken: the decentralised methods optimise the "
                                   "instance's weights (set xi1, xi2, xi3 in the instance)",
-                                  check=_no_weights, cli=False)
+                                  check=_no_weights, cli=False, group="problem")
     consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
                                    "as the relay depth, exact aggregation; ignored by "
-                                   "centralized-pd)", check=at_least(0))
+                                   "centralized-pd)", check=at_least(0), group="messaging")
     constants: str = option("tuned", "algorithm constants: the tuned defaults or the paper's "
-                            "outer step (docs/decentralized.md)", choices=("tuned", "paper"))
+                            "outer step (docs/decentralized.md)", choices=("tuned", "paper"),
+                            group="relaxed phase")
     init: str = option("relaxed", "initial point: indicators at the centre of their simplices, "
-                       "or the reference orchestration", choices=("relaxed", "reference"))
-    seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0))
+                       "or the reference orchestration", choices=("relaxed", "reference"),
+                       group="relaxed phase")
+    seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0),
+                       group="recording")
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
-                                    flag="--trace", metavar="FILE")
+                                    flag="--trace", metavar="FILE", group="recording")
     backend: str = option("local", "message passing: every node in this process, or the nodes "
                           "spread over the processes of `mpiexec -n R` (decentralized only; "
-                          "process 0 writes the solution)", choices=("local", "mpi"))
+                          "process 0 writes the solution)", choices=("local", "mpi"),
+                          group="messaging")
     ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish, "
                                  "each checked by Ipopt when the options are built",
                                  check=_ipopt_entries, cli=False)
@@ -428,7 +457,8 @@ def _decentralized_options() -> type:
         doc, check, choices = PD_CONSTANT_DOCS[f.name]   # KeyError: a field without a doc
         extra.append((f.name, hints[f.name] | None,
                       option(None, doc, check=check, choices=choices, default_doc=_PRESET,
-                             flagged=f.name in PD_FLAGGED)))
+                             flagged=f.name in PD_FLAGGED,
+                             group=PD_CONSTANT_GROUPS.get(f.name, "relaxed phase"))))
     cls = dataclasses.make_dataclass(
         "DecentralizedOptions", extra, bases=(_DecentralizedBase,), frozen=True,
         namespace={"__doc__": "decentralized, decentralized-polish and centralized-pd (paper "
@@ -633,17 +663,28 @@ def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str,
 
 def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
     """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
-    typed; a mapping option as a table). A malformed file or an unknown key is an
-    OptionError naming it."""
+    typed; a mapping option as a table), read by `cefl_opt.io.read_input_text` (a regular
+    file of at most MAX_OPTIONS_BYTES, UTF-8). A malformed file, an unknown key or one option
+    given twice (`time_limit` and `time-limit`) is an OptionError naming it."""
     import tomllib
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") \
-                from None
+
+    from cefl_opt import io
+    text = io.read_input_text(path, what="options", option="--options",
+                              limit=io.MAX_OPTIONS_BYTES)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") from None
     fields = file_fields(cls)
-    return {_resolve_key(cls, k, fields, f"in '{path}'"): v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for k, v in data.items():
+        name = _resolve_key(cls, k, fields, f"in '{path}'")
+        if name in given:     # `time_limit` and `time-limit`: one option given twice
+            raise OptionError(f"option '--options' file '{path}' sets option {name!r} twice, "
+                              f"as {given[name]!r} and {k!r}")
+        out[name], given[name] = v, k
+    return out
 
 
 def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Namespace,
@@ -672,23 +713,52 @@ def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Name
     return build_options(cls, values)
 
 
-def describe_options(method: str, cls: type[MethodOptions]) -> str:
-    """`cefl-opt solve --method M --list-options`: each algorithm option of `method` with its
-    type, default, check and meaning, and how to set it."""
+def default_text(f: dataclasses.Field) -> str:
+    """The default value of option `f` as a user sets it: the value itself, and for an override
+    of the decentralised constants (None: the preset's) the `tuned` preset's value, with the
+    `paper` preset's where it differs."""
+    if f.metadata.get("default_doc") == _PRESET:
+        from .primal_dual import PRESETS
+        tuned, paper = getattr(PRESETS["tuned"], f.name), getattr(PRESETS["paper"], f.name)
+        return repr(tuned) + ("" if paper == tuned else f" (constants=paper: {paper!r})")
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return repr(f.default_factory())  # type: ignore[misc]
+    return repr(f.default)
+
+
+def option_groups(cls: type[MethodOptions]) -> list[tuple[str, list[dataclasses.Field]]]:
+    """(group, its fields) for each non-empty group of `GROUPS`, in that order, over the
+    fields an options file can set (the display switches excluded)."""
+    fields = file_fields(cls)
+    return [(g, [f for f in fields if f.metadata.get("group", "solver") == g]) for g in GROUPS
+            if any(f.metadata.get("group", "solver") == g for f in fields)]
+
+
+def describe_options(method: str, cls: type[MethodOptions], width: int | None = None) -> str:
+    """`cefl-opt solve --method M --list-options`: the algorithm options of `method` by group,
+    each with its type, default value, how to set it, meaning and check, wrapped to `width`
+    columns (default: the terminal's)."""
+    import shutil
+    import textwrap
+    width = max(50, width or shutil.get_terminal_size().columns)
     hints = typing.get_type_hints(cls)
-    lines = [f"options of method {method!r} ({cls.__name__}): set each with --set KEY=VALUE, "
-             f"in --options FILE.toml, or with its flag where it has one"]
-    for f in file_fields(cls):
-        base, optional = _split_optional(hints[f.name])
-        typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
-        d = f.metadata.get("default_doc") or (
-            repr(f.default) if f.default is not dataclasses.MISSING else "{}")
-        how = (_flag(f) if f in cli_fields(cls) else "--set" if f.metadata.get("cli", True)
-               else "--options file only")
-        lines.append(f"  {f.name} ({typ}, default {d}; {how})")
-        rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
-                else _check_text(f.metadata.get("check")))
-        lines.append(f"      {f.metadata['doc']}" + (f" [{rule}]" if rule else ""))
+    flagged = {f.name for f in cli_fields(cls)}
+    wrap = textwrap.TextWrapper(width=width, break_on_hyphens=False, break_long_words=False)
+    lines = wrap.wrap(f"options of method {method!r} ({cls.__name__}): set each with --set "
+                      f"KEY=VALUE, in --options FILE.toml, or with its flag where it has one")
+    for group, fields in option_groups(cls):
+        lines += ["", group]
+        for f in fields:
+            base, optional = _split_optional(hints[f.name])
+            typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
+            how = (_flag(f) if f.name in flagged else "--set" if f.metadata.get("cli", True)
+                   else "--options file only")
+            wrap.initial_indent, wrap.subsequent_indent = "  ", "      "
+            lines += wrap.wrap(f"{f.name} ({typ}, default {default_text(f)}; {how})")
+            rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
+                    else _check_text(f.metadata.get("check")))
+            wrap.initial_indent = "      "
+            lines += wrap.wrap(f.metadata["doc"] + (f" [{rule}]" if rule else ""))
     return "\n".join(lines)
 
 

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_json_atomic
+from ..io import check_distinct, check_writable, json_text, write_all_atomic
 from ..learning.data import DATASETS
 from ..learning.models import MODELS
 from ..learning.options import (TrainOptions, add_train_flags, prepare_train,
                                 write_train_outputs)
 from ..learning.options import parse_targets as _parse_targets
-from . import COUNT, POSITIVE, SEED, THREADS, THREADS_MAX, OptionError, add_inputs, deprecated, number, show_progress
+from . import (COUNT, POSITIVE, SEED, THREADS, THREADS_MAX, OptionError, add_inputs, deprecated,
+               number, show_progress)
 
 EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 
@@ -183,13 +184,15 @@ def cmd_estimate(args) -> int:
     est.update({"dataset": args.dataset, "model": args.model, "instance": str(args.net)})
     applied = (apply_estimates(inst, est, renormalise=False if args.keep_weights else None)
                if args.apply else None)                             # fails before any write
-    write_json_atomic(args.out, est)
+    items = [(args.out, json_text(est, args.out))]
+    if applied is not None:
+        items.append((args.apply, json_text(applied.to_dict(), args.apply)))
+    write_all_atomic(items)                                         # both or neither
     print(f"L {est['L']:.4g}  zeta1 {est['zeta1']:.4g}  zeta2 {est['zeta2']:.4g}  Theta max "
           f"{max(est['Theta']):.4g} (scaled by {args.scale}; {est['method']}, {args.J} draws); "
           f"sigma {min(est['sigma']):.4g}..{max(est['sigma']):.4g} (not scaled)")
     print(f"wrote {args.out}")
     if applied is not None:
-        applied.save(args.apply)
         kept = all(getattr(applied, k) == getattr(inst, k) for k in ("xi1", "xi2", "xi3"))
         print(f"wrote {args.apply} (weights xi {'kept' if kept else 'renormalised'})")
     return 0

@@ -2,8 +2,8 @@
 
 Order of work: every option is checked (ranges, an output that is one of the inputs, writable
 outputs), then the instance is loaded and solved, then the solution is written atomically and,
-last, the ``--trace`` CSV is moved into place (it is written to a temporary file in the target
-folder during the solve and removed when no solution is written).
+with it the ``--trace`` CSV, both or neither (the trace is written to a temporary file during
+the solve and removed when no solution is written).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_atomic
+from ..io import check_distinct, check_writable, json_text, write_all_atomic, write_json_atomic
 import numpy as np
 
 from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, _fail
@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="solve Problem P on an instance",
                        usage="%(prog)s NET --method METHOD --out OUT [options]",
                        formatter_class=_Formatter,
-                       description="Solve P with a named method. Exit 0: solution written; 2: bad "
-                                   "input;\n3: infeasible instance; 4: no solution (time "
-                                   "limit, solver failure).\n\nmethods:\n"
+                       description="Solve P with a named method. Exit 0: solution written "
+                                   "(decomposed-bound: its bound's report);\n2: bad input; 3: "
+                                   "infeasible instance; 4: no solution (time limit,\nsolver "
+                                   "failure).\n\nmethods:\n"
                                    + "\n".join(f"  {k:21s}{_first_clause(v)}"
                                                for k, v in descs.items()),
                        epilog="A flag or --set key that the method does not take is an error.")
@@ -139,6 +140,10 @@ def run_solve(args: argparse.Namespace) -> int:
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
             return EXIT_INFEASIBLE_INSTANCE
+        if "report" in res.info:           # a bound's proof (decomposed-bound), not a solution
+            write_json_atomic(args.out, res.info["report"])
+            print(f"wrote {args.out}: bound {res.bound:.8g}")
+            return EXIT_OK
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
             why = res.message
@@ -151,12 +156,14 @@ def run_solve(args: argparse.Namespace) -> int:
             return _fail(f"method '{args.method}' returned a point whose {bad[0]} is not "
                          f"finite; nothing written to '{args.out}'", EXIT_NO_SOLUTION)
         res.solution.objective, res.solution.terms = ev.objective, ev.terms
-        res.solution.save(args.out)
+        items = [(args.out, json_text(res.solution.to_dict(), args.out))]
+        if tmp_trace is not None and os.path.getsize(tmp_trace):
+            items.append((trace, Path(tmp_trace).read_bytes()))
+        write_all_atomic(items)             # the solution and its trace: both or neither
         print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound "
               f"{ev.terms['ml_bound']:.6g}, delay {ev.terms['delay']:.6g} s, energy "
               f"{ev.terms['energy']:.6g} J)")
-        if tmp_trace is not None and os.path.getsize(tmp_trace):
-            write_atomic(trace, Path(tmp_trace).read_bytes())
+        if len(items) > 1:
             print(f"wrote {trace}")
         return EXIT_OK
     finally:
