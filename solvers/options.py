@@ -44,6 +44,9 @@ Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or Non
 SCIP_TIME_MAX = 1e20
 SCIP_SEED_MAX = 2 ** 31 - 1
 SCIP_THREADS_MAX = 64
+#: ipopt-enum's `starts`: its random aggregator sequences are drawn before the search (and
+#: its time limit) starts, so their number is bounded
+MAX_STARTS = 10_000
 
 
 class OptionError(ValueError):
@@ -273,7 +276,8 @@ class IpoptEnumOptions(IpoptOptions):
     sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
                          check=at_least(1), group="search")
     starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
-                         "aggregator sequences to the seeds", check=at_least(1),
+                         "aggregator sequences to the seeds (drawn before the search, so at "
+                         f"most {MAX_STARTS:,})", check=in_interval(1, MAX_STARTS),
                          group="search")
     seed: int = option(0, "seed of the random aggregator sequences (starts > 1)",
                        check=at_least(0), group="search")

@@ -418,9 +418,11 @@ def test_decomposed_bound_compares_bound_and_incumbent_under_the_same_weights(ne
     def fake(inst_, left, inc, *, weights=None, **kw):
         seen.update(inc=inc, weights=weights)
         return bound_mod.DecomposedBound(bound=0.5 * inc, ml=0.0, rounds=[[0.0]], status=[[""]],
-                                         cutoff=inc, wall_s=0.0, closed=False)
+                                         cutoff=inc, wall_s=0.0, closed=False, cells=[0.5 * inc],
+                                         cell_edges=[1.0, 2.0])
     monkeypatch.setattr(bound_mod, "decomposed_bound", fake)
-    res = solve(inst, "decomposed-bound", weights=DOUBLE, time_limit=30.0)
+    # the fake bound takes no time: the limit only leaves decentralized (its share) room to end
+    res = solve(inst, "decomposed-bound", weights=DOUBLE, time_limit=600.0)
     under_w = system.evaluate(inst, res.solution, weights=DOUBLE).objective
     assert seen["weights"] == DOUBLE and seen["inc"] == pytest.approx(under_w, rel=1e-12)
     assert res.objective == pytest.approx(under_w, rel=1e-12)
@@ -476,3 +478,15 @@ def test_thread_counts_and_seeds_of_the_command_line_end_where_documented(argv, 
     for bad in (top + 1, 10 ** 12, 2 ** 64):
         with pytest.raises(cli.OptionError, match=f"{flag}.*<= {top}, got '{bad}'"):
             parser.parse_args(argv + [flag, str(bad)])
+
+
+def test_ipopt_enum_starts_are_bounded_so_the_time_limit_holds(tmp_path, capsys):
+    """The random sequences are drawn before the search: 10**9 starts never reached the
+    time limit's check; they are refused by name, before any work."""
+    from cefl_opt.solvers.options import MAX_STARTS, IpoptEnumOptions
+    assert IpoptEnumOptions(starts=MAX_STARTS).starts == MAX_STARTS
+    rc = cli.main(["solve", str(tmp_path / "missing.json"), "--method", "ipopt-enum",
+                   "--starts", str(10 ** 9), "--time-limit", "5", "--out",
+                   str(tmp_path / "s.json")])
+    assert rc == 2
+    _one_error(capsys, f"option 'starts' must be in [1, {MAX_STARTS}], got 1000000000")
