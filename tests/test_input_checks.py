@@ -490,3 +490,22 @@ def test_ipopt_enum_starts_are_bounded_so_the_time_limit_holds(tmp_path, capsys)
                    str(tmp_path / "s.json")])
     assert rc == 2
     _one_error(capsys, f"option 'starts' must be in [1, {MAX_STARTS}], got 1000000000")
+
+
+def test_plot_titles_give_the_objective_under_the_recorded_weights(api):
+    import matplotlib
+    matplotlib.use("Agg")
+    from cefl_opt import system
+    from cefl_opt.orchestration_plot import plot_orchestration
+    inst, ref = api
+    own = _broken(ref, 0)
+    own.weights = DOUBLE
+    fig, drawn = plot_orchestration(inst, [ref, own], labels=["a", "b"])
+    titles = {d["label"]: d["ax"].get_title() for d in drawn}
+    for label, sol in (("a", ref), ("b", own)):
+        want = system.evaluate(inst, sol, weights=sol.weights).objective
+        assert f"objective {want:.5g}" in titles[label]
+    assert system.evaluate(inst, own).objective != pytest.approx(
+        system.evaluate(inst, own, weights=DOUBLE).objective)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
