@@ -47,6 +47,7 @@ SCIP_THREADS_MAX = 64
 #: ipopt-enum's `starts`: its random aggregator sequences are drawn before the search (and
 #: its time limit) starts, so their number is bounded
 MAX_STARTS = 10_000
+WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
 
 
 class OptionError(ValueError):
@@ -289,7 +290,8 @@ class IpoptEnumOptions(IpoptOptions):
                            flagged=False, group="search")
     workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
                                  "aggregator moves); the answer is the same for any number "
-                                 "(none: every core of this machine)", check=at_least(1),
+                                 "(none: every core of this machine)",
+                                 check=in_interval(1, WORKERS_MAX),
                                  flagged=False, group="solver")
 
 

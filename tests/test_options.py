@@ -331,7 +331,8 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
     monkeypatch.setattr(centralized._Search, "solve", spy)
     for rule in ("greedy_data_aggregators", "greedy_rate_aggregators"):
         monkeypatch.setattr(centralized, rule, lambda inst: [0] * inst.T)
-    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)  # no random seeds
+    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False,  # no random seeds
+                     workers=1)                          # the spy sees every solve
     assert res.solution is not None
     assert sorted(set(tried)) == [(s,) * inst.T for s in range(inst.S)]
 

@@ -138,7 +138,7 @@ def add_display_flags(p: argparse.ArgumentParser) -> None:
     ``--quiet``. They change what is shown, never what is computed or written."""
     g = p.add_argument_group("display")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars on stderr (train, run: on when stderr is a terminal)")
+                   help="progress bars on stderr (train, run: on a TTY)")
     g.add_argument("--quiet", action="store_true",
                    help="nothing on stdout (errors still go to stderr)")
 
