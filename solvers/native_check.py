@@ -137,7 +137,9 @@ def scip_value(name: Any, value: Any) -> Any:
         except (ValueError, TypeError, OverflowError) as e:
             why = str(e)
     if why is not None:
-        raise OptionError(f"{entry} is refused by SCIP: {_first(lines, why)}")
+        from .scip import _scip_error           # the text of SCIP's own error line
+        raise OptionError(f"{entry} is refused by SCIP: "
+                          f"{_scip_error(chr(10).join(lines)) or why}")
     if not isinstance(value, str) and got != value:
         raise OptionError(f"{entry} is refused: SCIP would store it as {got!r}")
     return value

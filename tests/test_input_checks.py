@@ -433,7 +433,9 @@ def test_decomposed_bound_compares_bound_and_incumbent_under_the_same_weights(ne
 
 # ---------------------------------------------------------------------- scip_options
 @pytest.mark.parametrize("text,needle", [
-    ('"limits/time" = 1e308', "entry 'limits/time' = 1e+308 is refused by SCIP: [paramset.c"),
+    ('"limits/time" = 1e308', "entry 'limits/time' = 1e+308 is refused by SCIP: Invalid value "
+                              "<1e+308> for real parameter <limits/time>. Must be in range "
+                              "[0,1e+20]"),
     ('"limits/bogus" = 1', "entry 'limits/bogus' = 1 is refused by SCIP: not a SCIP parameter"),
     ('"limits/nodes" = 1.5', "entry 'limits/nodes' = 1.5 is refused: SCIP would store it as 1"),
     ('"limits/time" = "x"', "entry 'limits/time' = 'x' is refused by SCIP"),
