@@ -24,7 +24,7 @@ from .io import write_atomic, write_csv_atomic, write_json_atomic, write_png_ato
 
 DEFAULT_METHODS = ("decentralized", "decentralized-polish", "ipopt-enum", "greedy-rate",
                    "greedy-data", "fixed", "no-offload", "decomposed-bound")
-BOUND_SECONDS = 300.0   # decomposed-bound's time limit in a run
+BOUND_SECONDS = 60.0    # decomposed-bound's time limit in a run: a share that fits the job
 TRACED = ("decentralized", "decentralized-polish", "centralized-pd")  # write an SCA trace
 ORCHESTRATED = ("decentralized", "ipopt-enum")  # drawn side by side in the report
 

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cefl_opt.models import EPIGRAPH_LEVELS
+from cefl_opt.models.problem import EPIGRAPH_LEVELS
 
 from .sca import DecStructure, Linearisation
 

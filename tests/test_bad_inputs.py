@@ -296,17 +296,19 @@ def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
     assert (tmp_path / "t.csv").read_text().startswith("outer,")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
-    import cefl_opt.solution as solution_mod
-    real_save = solution_mod.Solution.save
+    import cefl_opt.io as io_mod
+    real_stage = io_mod._stage
 
-    def failing_save(self, path):
-        raise PermissionError(13, "Permission denied", str(path))
-    solution_mod.Solution.save = failing_save
+    def failing_stage(p, data):                   # the solution cannot be written
+        if p.name == "s2.json":
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_stage(p, data)
+    io_mod._stage = failing_stage
     try:
         rc = cli.main(argv[:-4] + ["--out", str(tmp_path / "s2.json"), "--trace",
                                    str(tmp_path / "t2.csv")])
     finally:
-        solution_mod.Solution.save = real_save
+        io_mod._stage = real_stage
     err = capsys.readouterr().err
     assert rc == 2 and "s2.json" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
