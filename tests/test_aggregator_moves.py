@@ -204,13 +204,13 @@ def test_screen_estimates_only_when_a_visit_has_more_trials(screen, estimated):
 
 
 # ---------------------------------------------------------------------- the whole method
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_tiny_equals_the_enumerated_optimum(seed):
+def test_tiny_equals_the_enumerated_optimum(seed, enumerated):
     """The binaries found are optimal (Ipopt with them fixed reaches the brute-force optimum);
     the continuous part is the SCA's, within its tolerances."""
-    from cefl_opt.solvers.centralized import FixedNLP, exhaustive
-    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
-    best, _sol, _count = exhaustive(inst)
+    from cefl_opt.solvers.centralized import FixedNLP
+    inst, (best, _sol, _count) = enumerated("tiny", seed=seed, bss=2, rounds=1)
     sol, info = solve_decentralized(inst)
     assert info["feasible"] and info["central_steps"] == []
     _s, _status, at_ours = FixedNLP(inst).solve(sol.rounds)
@@ -306,21 +306,24 @@ def test_bad_search_constants_are_refused(name, value):
                                              ("candidates", 1, True), ("agg_passes", 0, True),
                                              ("refine_rounds", 0, True),
                                              ("agg_screen", 1, True)])
-def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
+def test_search_constants_on_the_command_line(tmp_path, capsys, name, value, ok):
+    """`solve --set` accepts the range ends and refuses the values past them with exit 2 (in
+    process: the command line's checks, one outer iteration of the solve)."""
+    from cefl_opt import cli
     inst = make_instance("tiny", seed=0, rounds=1)
     path = tmp_path / "inst.json"
     inst.save(path)
     out_path = tmp_path / "sol.json"
-    out = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(path), "--method",
-                          "decentralized", "--set", f"{name}={value}", "--out", str(out_path)],
-                         capture_output=True, text=True, timeout=600)
+    rc = cli.main(["solve", str(path), "--method", "decentralized", "--set", f"{name}={value}",
+                   "--max-outer", "1", "--no-progress", "--out", str(out_path)])
+    err = capsys.readouterr().err
     if ok:
-        assert out.returncode == 0, out.stderr[-2000:]
+        assert rc == 0, err[-2000:]
         assert out_path.exists()
     else:
-        assert out.returncode == 2, out.stderr[-2000:]
-        assert "cefl-opt: error:" in out.stderr and name in out.stderr
-        assert "Traceback" not in out.stderr and not out_path.exists()
+        assert rc == 2, err[-2000:]
+        assert "cefl-opt: error:" in err and name in err
+        assert "Traceback" not in err and not out_path.exists()
 
 
 # ------------------------------------------------------------ refinement at finished points
