@@ -183,6 +183,15 @@ def test_site_serves_its_math_renderer(site):
     assert formulation.count('class="arithmatex"') > 100
 
 
+def test_every_record_value_is_filled_in(site):
+    left = [str(p.relative_to(site)) for p in site.rglob("*.html")
+            if "[[rec:" in p.read_text(encoding="utf-8") or "&lt;!-- record" in
+            p.read_text(encoding="utf-8")]
+    assert left == []
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "recorded at" in home and "Machines:" in home      # the headline block, filled
+
+
 def test_check_descriptions_against_hand_values():
     from cefl_opt.solvers.options import at_least, in_interval, positive
     hook = _hook()
