@@ -7,6 +7,9 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.cefl-installed
 APT_PKGS := coinor-libipopt-dev liblapack-dev libblas-dev pkg-config libamplsolver-dev cmake g++ dataset-fashion-mnist
 PYTEST_ARGS ?=
+# the suites run on every core (pytest-xdist); the tests that launch mpiexec share one worker
+# (xdist_group "mpi"), one launch at a time
+PYTEST_XDIST ?= -n auto --dist loadgroup
 
 .PHONY: install run test test-slow bench docs docs-serve clean-venv
 
@@ -33,10 +36,10 @@ run: install
 	$(VENV)/bin/cefl-opt run --out results/run --overwrite
 
 test: install
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-slow: install
-	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m slow $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: install
 	$(VPY) -m benchmarks.run_all --quick

@@ -9,8 +9,10 @@ exactly here (no epigraph variables).
 from __future__ import annotations
 
 import math
+import numbers
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -277,6 +279,37 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
     return parts
 
 
+# ---- weights ---------------------------------------------------------------------------
+WEIGHT_KEYS = ("xi1", "xi2", "xi3")
+
+
+def weights_problem(weights: Any) -> str | None:
+    """Why `weights` cannot override the objective's weights (a mapping of some of xi1, xi2,
+    xi3 to finite numbers >= 0), or None."""
+    if not isinstance(weights, Mapping):
+        return f"must be a mapping of {', '.join(WEIGHT_KEYS)}, got {type(weights).__name__}"
+    bad = sorted(set(map(str, weights)) - set(WEIGHT_KEYS))
+    if bad:
+        return f"has unknown key {bad[0]!r} (expected {', '.join(WEIGHT_KEYS)})"
+    for k, x in weights.items():
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) \
+                or x < 0:
+            return f"entry {k!r} must be a finite number >= 0, got {x!r}"
+    return None
+
+
+def objective_weights(inst: Instance, weights: Mapping[str, float] | None = None
+                      ) -> dict[str, float]:
+    """xi1, xi2, xi3 of the objective (eqn: optimization objective text): the instance's,
+    each overridden by `weights` where it names it; ValueError naming a bad key."""
+    if weights is not None:
+        why = weights_problem(weights)
+        if why:
+            raise ValueError(f"argument 'weights' {why}")
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3": float(inst.xi3),
+            **{k: float(v) for k, v in (weights or {}).items()}}
+
+
 # ---- whole evaluation ------------------------------------------------------------------
 @dataclass
 class Evaluation:
@@ -322,16 +355,18 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
         bound: the ML term's form, `"corollary"` (eq:convSpecial) or `"general"`
             (eq:GenConvBound).
         weights: overrides of the objective weights `xi1`, `xi2`, `xi3` (the instance's by
-            default).
-        validate: False when the caller has validated `inst` (many evaluations of one
-            instance).
+            default; `objective_weights`).
+        validate: False when the caller has validated `inst` and `sol` (many evaluations of
+            one instance).
 
     Returns:
         An `Evaluation`: the objective, its three terms, per-round delays and energies, and
         the violated constraints (`feasible` is True when there are none).
 
     Raises:
-        ValueError: the solution's number of rounds is not the instance's.
+        TypeError: `sol` is not a Solution.
+        ValueError: `sol` does not fit `inst` (`Solution.check_shapes`; the message names the
+            field), or `weights` has an unknown key or a negative value.
         InstanceError: `inst` is invalid.
 
     Examples:
@@ -341,10 +376,14 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
         >>> ev.feasible, sorted(ev.terms)
         (True, ['delay', 'energy', 'ml_bound'])
     """
-    inst = validated(inst) if validate else inst
-    if len(sol.rounds) != inst.T:
-        raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
+    _require_solution(sol)
+    if validate:
+        inst = validated(inst)
+        sol.check_shapes(inst)
+    elif len(sol.rounds) != inst.T:
+        raise ValueError(f"field 'rounds' has {len(sol.rounds)} rounds, the instance has "
+                         f"{inst.T}")
+    w = objective_weights(inst, weights)
     rounds, gam, ms, taus, Di = [], [], [], [], []
     for t, r in enumerate(sol.rounds):
         rt = round_terms(inst, t, r)
@@ -369,12 +408,25 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
                       ml_info=info)
 
 
+def _require_solution(sol: Any) -> None:
+    """TypeError naming the argument `sol` unless it is a Solution (a path is not one:
+    `Solution.load` reads a file)."""
+    if not isinstance(sol, Solution):
+        hint = " (load a file with Solution.load)" if isinstance(sol, (str, os.PathLike)) else ""
+        raise TypeError(f"argument 'sol' must be a cefl_opt.solution.Solution, got "
+                        f"{type(sol).__name__}{hint}")
+
+
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
                           tol: float = FEAS_TOL, validate: bool = True
                           ) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
-    Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
-    inst = validated(inst) if validate else inst
+    Delay epigraph constraints hold by construction (the maxima are evaluated exactly).
+    validate: check `inst` and `sol` as `evaluate` does."""
+    if validate:
+        _require_solution(sol)
+        inst = validated(inst)
+        sol.check_shapes(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 
@@ -429,14 +481,28 @@ def full_rates(inst: Instance) -> np.ndarray:
     return R
 
 
-def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
+def capacity_rates(inst: Instance) -> np.ndarray:
+    """R_bs within both capacities wherever the instance admits any (B R_floor <= Rmax_s):
+    R_floor plus, per DC, one common fraction of each BS's headroom Rmax_bs - R_floor, as
+    large as Rmax_s allows (eqn: BS_capacity, eqn: Server_capacity)."""
+    head = inst.Rmax_bs - inst.R_floor                                    # [B, S]
+    spare = inst.Rmax_s - inst.B * inst.R_floor
+    frac = np.clip(spare / np.maximum(head.sum(axis=0), 1e-300), 0.0, 1.0)
+    return inst.R_floor + head * frac[None, :]
+
+
+def reference_solution(inst: Instance, aggregator: int = 0, *,
+                       within_capacity: bool = False) -> Solution:
     """The reference orchestration (docs/modelling.md, 'Weights and infeasible capacity'): no
     offloading, fixed aggregator, mid-range f, m, gamma, z = C/2, BS data routed to the DC of its
     own sub-network, best-rate UE-BS associations. gamma is mid-range of [gamma_min, the largest
-    common gamma that the corollary's step-size condition allows] (`common_gamma_step_cap`), so
-    the reference is a feasible point of P."""
+    common gamma that the corollary's step-size condition allows] (`common_gamma_step_cap`).
+    R_bs is `full_rates` (the normalising weights' point), which R_floor can lift above Rmax_s
+    (eqn: Server_capacity), or, `within_capacity`, `capacity_rates`. Either is a point of P
+    only where `evaluate` finds no violation: a caller that needs a feasible point checks."""
     from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
     g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
+    rates = capacity_rates(inst) if within_capacity else full_rates(inst)
     rounds = []
     for t in range(inst.T):
         rho_bs = np.zeros((inst.B, inst.S))
@@ -450,8 +516,8 @@ def reference_solution(inst: Instance, aggregator: int = 0) -> Solution:
             m_ue=np.full(inst.N, 0.5 * (inst.m_floor + 1.0)),
             m_dc=np.full(inst.S, 0.5 * (inst.m_floor + 1.0)),
             aggregator=aggregator, uplink_bs=best_rate_uplink(inst, t),
-            downlink_bs=best_rate_downlink(inst, t), R_bs=full_rates(inst)))
-    return Solution(rounds=rounds, method="reference", status="feasible").for_instance(inst)
+            downlink_bs=best_rate_downlink(inst, t), R_bs=rates.copy()))
+    return Solution(rounds=rounds, method="reference").for_instance(inst)
 
 
 def normalising_weights(inst: Instance) -> dict[str, float]:

@@ -275,4 +275,6 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         res.solution.wall_s = res.wall_s
         res.solution.bound, res.solution.gap = res.bound, res.gap
         res.solution.for_instance(inst)
+        from cefl_opt.system import objective_weights
+        res.solution.weights = objective_weights(inst, getattr(opts, "weights", None))
     return res

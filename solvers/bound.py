@@ -23,7 +23,10 @@ Why the bound is valid:
   J(x) >= U, or J(x) <= U, and then x is feasible for P with the row J <= U, whose optimum SCIP
   bounds below by its dual bound L_U. Hence min P >= min(U, L_U). Under the row, every part of
   the objective is >= 0, so each delay variable is at most U / xi2: the box that the spatial
-  branch and bound needs.
+  branch and bound needs. The same holds with U the objective of a point that `system.evaluate`
+  finds feasible (`cap_objective`), and only then: an objective that is not a feasible point's
+  may lie below min P, and a box or cap built on it cuts every optimum off. Where SCIP finds no
+  point under such a cap, what is proven is min P >= U, not that P is infeasible.
 """
 from __future__ import annotations
 
@@ -83,6 +86,34 @@ def add_bound_cuts(m, inst: Instance) -> None:
             v.setlb(max(float(lo), v.lb or 0.0))
 
 
+def cap_objective(inst: Instance, incumbent: float | None = None, *,
+                  bound: str = "corollary", weights: dict[str, float] | None = None
+                  ) -> tuple[float | None, str | None]:
+    """(U, its source) for the cutoff, the delay cap and the box (module docstring): the least
+    of the given `incumbent` ("incumbent") and the objectives of the reference orchestrations
+    with their rates within both capacities, one per aggregator, that `system.evaluate` finds
+    feasible ("reference"); (None, None) when there is neither."""
+    best, src = (incumbent, "incumbent") if incumbent is not None else (None, None)
+    ref = verified_reference(inst, bound=bound, weights=weights)
+    if ref is not None and (best is None or ref[1] < best):
+        best, src = ref[1], "reference"
+    return best, src
+
+
+def verified_reference(inst: Instance, *, bound: str = "corollary",
+                       weights: dict[str, float] | None = None):
+    """(solution, objective) of the best reference orchestration (`system.reference_solution`
+    with `within_capacity`, over the aggregators) that `system.evaluate` finds feasible; None
+    when none is."""
+    best = None
+    for k in range(inst.S):
+        sol = system.reference_solution(inst, k, within_capacity=True)
+        ev = system.evaluate(inst, sol, bound=bound, weights=weights)
+        if ev.feasible and math.isfinite(ev.objective) and (best is None or ev.objective < best[1]):
+            best = (sol, float(ev.objective))
+    return best
+
+
 # ---------------------------------------------------------------------- decomposition
 def round_instance(inst: Instance, t: int) -> Instance:
     """Round t of `inst` as a one-round instance (every per-round field sliced)."""
@@ -99,11 +130,9 @@ def round_instance(inst: Instance, t: int) -> Instance:
 def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]:
     """SCIP's proven lower bound on model `m` (its active objective) within `time_limit` s,
     and SCIP's termination ('provenInfeasible': no point, the bound is +inf)."""
-    from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
-
-    from .scip import _finite, scip_params
+    from .scip import QuietScip, _finite, scip_params
     params = scip_params(float(time_limit), 1e-6, seed)
-    res = ScipDirect().solve(m, tee=False, solver_options=params, load_solutions=False,
+    res = QuietScip().solve(m, tee=False, solver_options=params, load_solutions=False,
                              raise_exception_on_nonoptimal_result=False)
     tc = res.termination_condition.name
     if tc in ("provenInfeasible", "locallyInfeasible"):
@@ -114,13 +143,21 @@ def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]
 def round_floor(inst: Instance, t: int, a: float, mu: float, time_limit: float, *,
                 cap: float | None, weights: dict[str, float] | None = None,
                 seed: int = 0, aggregator: int | None = None) -> tuple[float | None, str]:
-    """A proven lower bound on a * (dA_t + dR_t) + xi3 * E_t (round t's delay, weighted by
-    a, and energy) over round t's feasible points with every mini-batch ratio m_i >= mu and
+    """A proven lower bound on a * (dA_t + dR_t) + xi3 * E_t over round t's feasible points
+    with every m_i >= mu and dA_t, dR_t <= cap (`round_model`), SCIP's within `time_limit` s.
+    Returns (bound, SCIP's termination); bound +inf when SCIP proves no point."""
+    m = round_model(inst, t, a, mu, cap=cap, weights=weights, aggregator=aggregator)
+    return _scip_lower(m, time_limit, seed)
+
+
+def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | None,
+                weights: dict[str, float] | None = None, aggregator: int | None = None):
+    """Round t's subproblem: a * (dA_t + dR_t) + xi3 * E_t (round t's delay, weighted by a,
+    and energy) over round t's feasible points with every mini-batch ratio m_i >= mu and
     dA_t, dR_t <= cap. The objective is nondecreasing in every gamma_i and m_i (dP and EP grow
     with gamma m, and the delay rows only loosen when they fall), so gamma = gamma_min and
     m = mu attain its minimum and are fixed; the bound's rows (m_min, g_max epigraphs, the
-    step-size row) are dropped, which only relaxes. SCIP bounds the rest (the aggregator cuts
-    included). Returns (bound, SCIP's termination); bound +inf when SCIP proves no point."""
+    step-size row) are dropped, which only relaxes. The aggregator cuts are added."""
     r = round_instance(inst, t)
     m = build_problem(r, binaries="binary", bound="corollary", weights=weights, copies=False,
                       delay_cap=cap)
@@ -142,7 +179,7 @@ def round_floor(inst: Instance, t: int, a: float, mu: float, time_limit: float, 
     m.obj.deactivate()
     xi3 = m._weights["xi3"]
     m.round_obj = pyo.Objective(expr=a * (own.dA[0] + own.dR[0]) + xi3 * m.energy_term)
-    return _scip_lower(m, time_limit, seed)
+    return m
 
 
 def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
@@ -174,26 +211,43 @@ def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
     return xi1 * (c0 * F0 + noise + local + hetero), xi1 * c0
 
 
+#: SCIP's termination names under which a round's floor is all that SCIP can give
+CLOSED = ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
+#: the status of a subproblem that the time limit left no time for (its floor: the cuts)
+NOT_RUN = "notRun"
+#: the least time worth giving SCIP for one subproblem (s); with less left, the cuts only
+MIN_SHARE = 0.05
+#: the part of each share that SCIP gets; the rest covers loading the model into SCIP
+SCIP_PART = 0.8
+
+
 @dataclass
 class DecomposedBound:
-    """What `decomposed_bound` proved: `bound` (a lower bound on min P), its parts (`ml`: the
-    ML floor; `rounds[t][k]`: round t's floor with aggregator k, `status[t][k]` SCIP's
-    termination there), the cutoff used and the wall time."""
+    """What `decomposed_bound` proved: `bound` (a lower bound on min P; +inf: P has no point),
+    its parts (`ml`: the ML floor of the least cell; `rounds[t][k]`: round t's floor with
+    aggregator k, +inf where SCIP proved no point under the cap, `status[t][k]` SCIP's
+    termination there, `NOT_RUN` where no time was left; `cells`: the bound per cell of gbar,
+    whose edges are `cell_edges`), the cutoff U used (None: none) and where it came from
+    ("incumbent", "reference"), the wall time, and `closed`: every round floor closed by SCIP."""
     bound: float
     ml: float
     rounds: list[list[float]]
     status: list[list[str]]
     cutoff: float | None
     wall_s: float
-    closed: bool                     # every round floor proven optimal (or infeasible) by SCIP
+    closed: bool
+    cutoff_source: str | None = None
+    cells: list[float] | None = None
+    cell_edges: list[float] | None = None
 
 
 def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
                      weights: dict[str, float] | None = None, seed: int = 0,
                      progress: bool = False) -> DecomposedBound:
     """A proven lower bound on P (`eqn: optimization objective text`, corollary form with a
-    constant vartheta) by decomposing it over rounds and aggregators, within about
-    `time_limit` seconds.
+    constant vartheta) by decomposing it over rounds and aggregators, within `time_limit`
+    seconds of wall time (each subproblem gets an equal share of what is left; one with no
+    time left keeps the cuts' floor).
 
     Writing J = xi1 (c0 (F0 - F*) + noise + local + hetero) + xi1 c0 sum_t tau_t Delta_t
     + xi2 sum_t tau_t + xi3 sum_t E_t (eq:convSpecial, tau_t = dA_t + dR_t), the first part
@@ -204,12 +258,12 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
     cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
     min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
-    bound is the least cell. With `incumbent` U (any number; a known feasible objective is the
-    useful one) the delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t)
-    and the result is min(U, that bound): min P >= min(U, min{J : J <= U}) (module
-    docstring). Without it the reference orchestration's objective plays U's role in the cap
-    only (it is feasible, so the optimum lies below it). The tighter the cap, the better SCIP
-    bounds each round: pass the best known objective.
+    bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
+    reference orchestration that `system.evaluate` finds feasible, whichever is less) the
+    delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t) and the result
+    is min(U, that bound): min P >= min(U, min{J : J <= U}) (module docstring). With neither,
+    there is no cap, and +inf (no cell with a point) proves that P has none. The tighter U,
+    the better SCIP bounds each round: pass the best known objective.
     """
     import time
     if not _positive(time_limit):
@@ -219,44 +273,49 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
         raise ValueError(f"option 'incumbent' must be a positive finite objective, got "
                          f"{incumbent!r}")
     t0 = time.monotonic()
+    deadline = t0 + time_limit
     F, c0 = ml_floor(inst, weights)
     w = {"xi2": inst.xi2, **(weights or {})}
-    j_ref = system.evaluate(inst, system.reference_solution(inst), weights=weights).objective
-    top = j_ref if incumbent is None else min(j_ref, incumbent)
+    top, source = cap_objective(inst, incumbent, weights=weights)
     LA, LR = delay_floors(inst)
     T, S = inst.T, inst.S
     floors = [[0.0] * S for _ in range(T)]
-    status = [[""] * S for _ in range(T)]
+    status = [[NOT_RUN] * S for _ in range(T)]
     jobs = [(t, k) for t in range(T) for k in range(S)]
     bar = _bar(progress, len(jobs))
     for i, (t, k) in enumerate(jobs):
         a = c0[0] * float(inst.Delta[t].sum()) + w["xi2"]
-        # J >= F + a tau_t >= min F + a dA_t (every part >= 0), and J <= top: a delay cap
-        cap = (top - float(F.min())) / a if a > 0 else None
-        share = max(1.0, (time_limit - (time.monotonic() - t0)) / (len(jobs) - i))
-        lo, tc = round_floor(inst, t, a, inst.m_floor, share, cap=cap, weights=weights,
-                             seed=seed, aggregator=k)
-        cut = a * float(LA[t, k] + LR[t, k])
-        floors[t][k], status[t][k] = (cut if lo is None else max(lo, cut)), tc
+        floors[t][k] = a * float(LA[t, k] + LR[t, k])                  # the cuts' floor
+        if deadline - time.monotonic() >= MIN_SHARE:
+            # J >= F + a tau_t >= min F + a dA_t (every part >= 0), and J <= top: a delay cap
+            cap = (top - float(F.min())) / a if top is not None and a > 0 else None
+            m = round_model(inst, t, a, inst.m_floor, cap=cap, weights=weights, aggregator=k)
+            share = SCIP_PART * (deadline - time.monotonic()) / (len(jobs) - i)
+            if share >= MIN_SHARE:
+                lo, status[t][k] = _scip_lower(m, share, seed)
+                floors[t][k] = floors[t][k] if lo is None else max(lo, floors[t][k])
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    # cell j: its c0[j] >= c0[0] raises round t's weight a_t by (c0[j] - c0[0]) Delta_t, and
-    # tau_t >= LA + LR, so the floor rises by at least that times LA + LR (a linear lower bound)
-    tau_lo = LA + LR                                                        # [T, S]
-    drift = np.array([float(inst.Delta[t].sum()) for t in range(T)])
-    rise = (c0 - c0[0])[:, None, None] * drift[None, :, None] * tau_lo[None]   # [cells, T, S]
-    total = F + (np.array(floors)[None] + rise).min(axis=2).sum(axis=1)
+    total = _cells(inst, F, c0, floors, LA + LR)
     j = int(np.argmin(total))
-    b = float(total[j])
-    if incumbent is not None:
-        b = min(b, incumbent)
-    closed = all(s in ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
-                 for row in status for s in row)
+    b = float(total[j]) if top is None else min(float(total[j]), top)
+    g = np.geomspace(inst.I * T * inst.gamma_min, inst.I * T * inst.gamma_max, len(F) + 1)
     return DecomposedBound(bound=b, ml=float(F[j]), rounds=floors, status=status,
-                           cutoff=incumbent,
-                           wall_s=time.monotonic() - t0, closed=closed)
+                           cutoff=top, cutoff_source=source, wall_s=time.monotonic() - t0,
+                           closed=all(s in CLOSED for row in status for s in row),
+                           cells=[float(x) for x in total], cell_edges=[float(x) for x in g])
+
+
+def _cells(inst: Instance, F: np.ndarray, c0: np.ndarray, floors: list[list[float]],
+           tau_lo: np.ndarray) -> np.ndarray:
+    """The bound per cell j of gbar: F[j] + sum_t min_k (floors[t][k] + rise). Its c0[j] >=
+    c0[0] raises round t's weight a_t by (c0[j] - c0[0]) Delta_t, and tau_t >= LA + LR
+    (`tau_lo`), so the floor rises by at least that times LA + LR (a linear lower bound)."""
+    drift = np.array([float(inst.Delta[t].sum()) for t in range(inst.T)])
+    rise = (c0 - c0[0])[:, None, None] * drift[None, :, None] * tau_lo[None]   # [cells, T, S]
+    return F + (np.array(floors)[None] + rise).min(axis=2).sum(axis=1)
 
 
 def _positive(x) -> bool:
@@ -273,15 +332,22 @@ def _bar(progress: bool, total: int):
     return tqdm(total=total, desc="bound", unit="subproblem", file=sys.stderr)
 
 
+#: the part of `decomposed-bound`'s time limit that the incumbent's solve may use
+INCUMBENT_SHARE = 0.3
+
+
 def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
-    """`decomposed-bound`: `decomposed_bound` within `opts.time_limit` seconds. Without
-    `opts.incumbent`, `decentralized` runs first (inside the time limit) and its answer is both
-    the incumbent that caps the delays and the solution reported; the gap is then (its
-    objective - bound) / its objective. The status is optimal when SCIP closed every round
-    subproblem (the bound is then all the decomposition can give), time limit otherwise."""
+    """`decomposed-bound`: `decomposed_bound` with the whole method within `opts.time_limit`
+    seconds. Without `opts.incumbent`, `decentralized` runs first, stopped after
+    `INCUMBENT_SHARE` of the time limit; its answer, where `system.evaluate` finds it
+    feasible, is the incumbent that caps the delays and the solution reported (the gap is then
+    (its objective - bound) / its objective); the bound gets the time left. The status is
+    optimal when SCIP closed every round subproblem (the bound is then all the decomposition
+    can give), time limit otherwise, infeasible when, with no cutoff, no round has a point.
+    `info["report"]` is what was proven (`bound_report`)."""
     import time
 
-    from .base import SolutionStatus, TerminationCondition, solve
+    from .base import SolutionStatus, TerminationCondition
     from .options import OptionError
     if opts.bound != "corollary" or inst.vartheta_mode != "constant":
         raise OptionError(f"method 'decomposed-bound' needs bound 'corollary' and vartheta_mode "
@@ -292,16 +358,21 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
     t0 = time.monotonic()
     sol, inc, info = None, opts.incumbent, {}
     if inc is None:
-        r = solve(inst, "decentralized", weights=opts.weights)
         info["incumbent_method"] = "decentralized"
-        if r.solution is not None and r.solution_status in (SolutionStatus.optimal,
-                                                            SolutionStatus.feasible):
-            sol, inc = r.solution, r.objective
-    left = max(1.0, opts.time_limit - (time.monotonic() - t0))
-    db = decomposed_bound(inst, left, inc, weights=opts.weights, progress=opts.progress)
-    info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
-                 "incumbent": inc})
+        sol, inc = _incumbent(inst, opts.weights, INCUMBENT_SHARE * opts.time_limit)
+    left = opts.time_limit - (time.monotonic() - t0)
+    db = decomposed_bound(inst, max(left, 1e-3), inc, weights=opts.weights,
+                          progress=opts.progress)
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
+    info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
+                 "incumbent": inc, "report": bound_report(inst, db, inc, gap, opts,
+                                           wall_s=time.monotonic() - t0)})
+    if math.isinf(db.bound):
+        return Results(method="decomposed-bound",
+                       termination_condition=TerminationCondition.provenInfeasible,
+                       solution_status=SolutionStatus.noSolution, info=info,
+                       reasons=["with every aggregator, some round has no point (SCIP, with no "
+                                "cutoff)"])
     tc = TerminationCondition.convergenceCriteriaSatisfied if db.closed \
         else TerminationCondition.maxTimeLimit
     return Results(method="decomposed-bound", termination_condition=tc,
@@ -309,3 +380,61 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
                    else SolutionStatus.noSolution, solution=sol,
                    objective=None if sol is None else inc, bound=db.bound, gap=gap, info=info,
                    message=None if sol is not None else "a bound only: no solution is reported")
+
+
+def _incumbent(inst: Instance, weights: dict[str, float] | None, seconds: float):
+    """(solution, objective) of `decentralized` run in a child process that is stopped after
+    `seconds`, where `system.evaluate` finds its answer feasible; (None, None) otherwise."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_send_result, args=(send, inst), daemon=True)
+    child.start()
+    send.close()
+    try:
+        r = recv.recv() if recv.poll(seconds) else None
+    except EOFError:                                  # the child died without an answer
+        r = None
+    finally:
+        child.kill()
+        child.join()
+        recv.close()
+    if r is None or r.solution is None:
+        return None, None
+    ev = system.evaluate(inst, r.solution, weights=weights)
+    if not ev.feasible:
+        return None, None
+    r.solution.objective, r.solution.terms = ev.objective, ev.terms
+    return r.solution, float(ev.objective)
+
+
+def _send_result(conn, inst: Instance) -> None:
+    """The child of `_incumbent`: `decentralized`'s Results (None if it raised) on `conn`; it
+    dies with its parent. `decentralized` optimises the instance's weights; `_incumbent` scores
+    its point under the bound's, so that the bound and the incumbent compare one objective."""
+    from .base import solve
+    from .isolation import _die_with_parent
+    _die_with_parent()
+    try:
+        conn.send(solve(inst, "decentralized"))
+    except Exception:  # noqa: BLE001 - no incumbent; the bound runs without it
+        conn.send(None)
+
+
+def bound_report(inst: Instance, db: DecomposedBound, incumbent: float | None,
+                 gap: float | None, opts: BoundOptions, *, wall_s: float) -> dict:
+    """What `decomposed-bound` proved, as JSON (format cefl-bound/1): the bound, the incumbent
+    and the cutoff used (null: none), the gap, the ML floor, each round's floor and SCIP
+    status per aggregator, the bound per cell of gbar, and the method's wall time `wall_s`. A floor or bound of +inf (SCIP
+    proved no point) is null, with its status."""
+    def num(x):
+        return float(x) if x is not None and math.isfinite(x) else None
+    return {"format": "cefl-bound/1", "instance": inst.name, "method": "decomposed-bound",
+            "bound": num(db.bound), "incumbent": num(incumbent), "cutoff": num(db.cutoff),
+            "cutoff_source": db.cutoff_source, "gap": num(gap), "closed": db.closed,
+            "time_limit": opts.time_limit, "wall_s": wall_s, "weights": opts.weights,
+            "ml_floor": num(db.ml),
+            "rounds": [{"round": t, "floors": [num(x) for x in db.rounds[t]],
+                        "scip_status": db.status[t]} for t in range(len(db.rounds))],
+            "cells": {"gbar_edges": db.cell_edges, "bounds": [num(x) for x in db.cells]}}

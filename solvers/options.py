@@ -33,9 +33,17 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from cefl_opt.system import BOUND_FORMS
+from cefl_opt.system import BOUND_FORMS, weights_problem
 
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
+
+#: The ranges SCIP accepts for the parameters that options set (SCIP's parameter table):
+#: limits/time in [0, 1e20], randomization/randomseedshift in [0, 2^31 - 1] (a C int),
+#: parallel/maxnthreads in [0, 64]. An option is checked against them when it is built, so a
+#: value out of SCIP's range is refused by name before any work, never by SCIP mid-solve.
+SCIP_TIME_MAX = 1e20
+SCIP_SEED_MAX = 2 ** 31 - 1
+SCIP_THREADS_MAX = 64
 
 
 class OptionError(ValueError):
@@ -83,8 +91,14 @@ def _bounded(chk: Check, lo: float, hi: float | None, lo_open: bool, hi_open: bo
     return chk
 
 
+def _num(x: float) -> str:
+    """`x` as a range end in a message: integers exactly (2147483647, not 2.14748e+09)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 def at_least(lo: float) -> Check:
-    return _bounded(lambda v: None if v >= lo else f"must be >= {lo:g}", lo, None, False, False)
+    return _bounded(lambda v: None if v >= lo else f"must be >= {_num(lo)}", lo, None, False,
+                    False)
 
 
 def positive(v: float) -> str | None:
@@ -97,19 +111,34 @@ positive.bounds = (0.0, None, True, False)
 def in_interval(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
     def chk(v: float) -> str | None:
         ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-        return None if ok else (f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}"
+        return None if ok else (f"must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}"
                                 f"{')' if hi_open else ']'}")
     return _bounded(chk, lo, hi, lo_open, hi_open)
 
 
 def _weights(v: Mapping[str, Any]) -> str | None:
-    bad = sorted(set(v) - {"xi1", "xi2", "xi3"})
-    if bad:
-        return f"has unknown key {bad[0]!r} (expected xi1, xi2, xi3)"
-    for k, x in v.items():
-        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) or x < 0:
-            return f"entry {k!r} must be a finite number >= 0"
-    return None
+    """Keys among xi1, xi2, xi3, values finite and >= 0 (`system.weights_problem`)."""
+    return weights_problem(v)
+
+
+def _no_weights(v: Mapping[str, Any]) -> str | None:
+    """Refuses every override: the method optimises the instance's own weights."""
+    return None if not v else ("is not taken by the decentralised methods (their node objectives use the "
+            "instance's xi1, xi2, xi3: set the weights in the instance)")
+
+
+def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by Ipopt itself (name, type, range) when the options are built.
+
+    `solvers.ipopt_check` sets it on a throwaway problem; cyipopt is imported only for a
+    non-empty mapping (without it, the method reports cyipopt missing)."""
+    if not v:
+        return None
+    try:
+        from .ipopt_check import check_ipopt_options
+    except ImportError:
+        return None
+    return check_ipopt_options(v)
 
 
 # ---------------------------------------------------------------------- type handling
@@ -217,7 +246,9 @@ class IpoptOptions(MethodOptions):
                                       "max_cpu_time; none: no limit)", check=positive)
     assoc_repair: bool = option(True, "repair the UE-BS associations after the first Ipopt "
                                 "solve (by the objective of P: cefl_opt.association)")
-    ipopt_options: dict = option({}, "extra Ipopt options (name -> value)", cli=False)
+    ipopt_options: dict = option({}, "extra Ipopt options (name -> value), each checked by "
+                                 "Ipopt when the options are built", check=_ipopt_entries,
+                                 cli=False)
 
 
 @dataclass(frozen=True)
@@ -238,6 +269,10 @@ class IpoptEnumOptions(IpoptOptions):
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
                            "within this fraction above the current objective", check=at_least(0),
                            flagged=False, group="search")
+    workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
+                                 "aggregator moves); the answer is the same for any number "
+                                 "(none: every core of this machine)", check=at_least(1),
+                                 flagged=False, group="solver")
 
 
 @dataclass(frozen=True)
@@ -258,11 +293,14 @@ class NoOffloadOptions(IpoptOptions):
 
 @dataclass(frozen=True)
 class ScipOptions(MethodOptions):
-    time_limit: float | None = option(60.0, "seconds of wall time for SCIP (none: no limit)",
-                                      check=positive)
+    time_limit: float | None = option(60.0, "seconds of wall time for SCIP (limits/time; "
+                                      "none: no limit)",
+                                      check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
     gap: float = option(1e-6, "relative gap at which SCIP stops (limits/gap)", check=at_least(0))
-    threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
-    seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
+    threads: int = option(1, "SCIP threads (parallel/maxnthreads)",
+                          check=in_interval(1, SCIP_THREADS_MAX))
+    seed: int = option(0, "SCIP's random seed shift (randomization/randomseedshift)",
+                       check=in_interval(0, SCIP_SEED_MAX))
     warm: bool = option(True, "start SCIP from the reference orchestration")
     incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
                                      "SCIP searches only J <= U and the bound reported is "
@@ -275,7 +313,8 @@ class ScipOptions(MethodOptions):
 class BoundOptions(MethodOptions):
     """decomposed-bound: a proven lower bound on P (solvers/bound.py)."""
     time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
-                                      "share them; a number is required)", check=positive)
+                                      "share them; a number is required)",
+                                      check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
     incumbent: float | None = option(None, "objective of a known feasible point, which caps "
                                      "the delays (none: decentralized's answer is found first "
                                      "and used)", check=positive, flagged=False)
@@ -353,6 +392,9 @@ class _DecentralizedBase(MethodOptions):
     """The decentralised methods' own options; `DecentralizedOptions` adds the overrides of
     the preset's PDConstants."""
 
+    weights: dict | None = option(None, "not taken: the decentralised methods optimise the "
+                                  "instance's weights (set xi1, xi2, xi3 in the instance)",
+                                  check=_no_weights, cli=False, group="problem")
     consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
                                    "as the relay depth, exact aggregation; ignored by "
                                    "centralized-pd)", check=at_least(0), group="messaging")
@@ -370,8 +412,9 @@ class _DecentralizedBase(MethodOptions):
                           "spread over the processes of `mpiexec -n R` (decentralized only; "
                           "process 0 writes the solution)", choices=("local", "mpi"),
                           group="messaging")
-    ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
-                                 cli=False)
+    ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish, "
+                                 "each checked by Ipopt when the options are built",
+                                 check=_ipopt_entries, cli=False)
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""
@@ -566,33 +609,66 @@ def parse_text(name: str, text: str, hint: Any) -> Any:
     raise OptionError(f"option {name!r} must be {want}, got {text!r}")
 
 
+class SetItem(str):
+    """A `--set KEY=VALUE` item that another flag stands for (a deprecated flag such as
+    `--lambda1`): `flag` is the flag, which messages about the item name."""
+
+    flag: str = "--set"
+
+    def __new__(cls, text: str, flag: str) -> "SetItem":
+        item = super().__new__(cls, text)
+        item.flag = flag
+        return item
+
+
 def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str, Any]:
-    """{field: value} of `--set KEY=VALUE` items (the later of two for one key wins)."""
+    """{field: value} of `--set KEY=VALUE` items (the later of two for one key wins). A key
+    that only an options file can set (a mapping such as ipopt_options) is refused as such."""
     hints = typing.get_type_hints(cls)
     fields = settable_fields(cls)
+    file_only = [f for f in file_fields(cls) if f not in fields]
     out: dict[str, Any] = {}
     for item in items:
+        where = getattr(item, "flag", "--set")
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
             raise OptionError(f"option '--set' value {item!r} is not KEY=VALUE")
-        name = _resolve_key(cls, key, fields, "--set")
+        try:
+            name = _resolve_key(cls, key, fields, where)
+        except UnknownOptionError:
+            if not any(f.name == key.strip().replace("-", "_") for f in file_only):
+                raise
+            raise OptionError(f"option {key.strip()!r} can be set only in an options file "
+                              f"(--options FILE.toml, as a TOML table), not with {where}") \
+                from None
         out[name] = parse_text(name, text, hints[name])
     return out
 
 
 def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
     """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
-    typed; a mapping option as a table). A malformed file or an unknown key is an
-    OptionError naming it."""
+    typed; a mapping option as a table), read by `cefl_opt.io.read_input_text` (a regular
+    file of at most MAX_OPTIONS_BYTES, UTF-8). A malformed file, an unknown key or one option
+    given twice (`time_limit` and `time-limit`) is an OptionError naming it."""
     import tomllib
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") \
-                from None
+
+    from cefl_opt import io
+    text = io.read_input_text(path, what="options", option="--options",
+                              limit=io.MAX_OPTIONS_BYTES)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") from None
     fields = file_fields(cls)
-    return {_resolve_key(cls, k, fields, f"in '{path}'"): v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for k, v in data.items():
+        name = _resolve_key(cls, k, fields, f"in '{path}'")
+        if name in given:     # `time_limit` and `time-limit`: one option given twice
+            raise OptionError(f"option '--options' file '{path}' sets option {name!r} twice, "
+                              f"as {given[name]!r} and {k!r}")
+        out[name], given[name] = v, k
+    return out
 
 
 def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Namespace,
@@ -676,5 +752,5 @@ def _check_text(check: Check | None) -> str:
         return ""
     lo, hi, lo_open, hi_open = b
     if hi is None:
-        return f"{'>' if lo_open else '>='} {lo:g}"
-    return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        return f"{'>' if lo_open else '>='} {_num(lo)}"
+    return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"

@@ -3,12 +3,14 @@ Pyomo's `scip_direct`. SCIP's incumbent and its proven lower bound are reported 
 optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
+import io
 import math
 import sys
 import time
 from pathlib import Path
 
 import pyomo.environ as pyo
+from pyomo.common.tee import capture_output
 
 from pyomo.contrib.solver.common.results import TerminationCondition as PyoTC
 from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
@@ -18,7 +20,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem, clip_to_bounds, extract_solution, load_solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
-from .bound import add_bound_cuts
+from .bound import add_bound_cuts, cap_objective
 from .isolation import in_child, report_progress
 from .options import ScipOptions
 
@@ -28,40 +30,42 @@ IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
 
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
-    """`scip`: SCIP on the binary form of P with a valid box on the delay variables, the
-    aggregator cuts of `solvers.bound` and, given `opts.incumbent` U, the row J <= U; the bound
-    reported is then min(U, SCIP's dual bound), valid for P (`solvers.bound`)."""
+    """`scip`: SCIP on the binary form of P with the aggregator cuts of `solvers.bound` and,
+    given a cutoff U (`bound.cap_objective`: `opts.incumbent`, or a reference orchestration
+    that `system.evaluate` finds feasible, whichever is less), the box xi2 (dA + dR) <= U on
+    the delay variables (and the row J <= U for `opts.incumbent`); the bound reported is then min(U, SCIP's dual
+    bound), valid for P (`solvers.bound`), and SCIP finding no point proves min P >= U, not
+    that P is infeasible. With no cutoff the delays have no box, and SCIP's infeasibility is
+    a proof."""
     bound, weights = opts.bound, opts.weights
     if not ScipDirect().available():
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
                           "for --method scip")
-    # every part of the objective is >= 0, so at the optimum xi2 * (dA + dR) <= J(reference)
-    # (or <= the cutoff U under the row J <= U): a valid bound on every delay variable, without
-    # which the spatial B&B has no finite box
-    ref = system.reference_solution(inst)
-    j_ref = system.evaluate(inst, ref, bound=bound, weights=weights).objective
-    cut = opts.incumbent
+    top, source = cap_objective(inst, opts.incumbent, bound=bound, weights=weights)
     xi2 = (weights or {}).get("xi2", inst.xi2)
-    top = j_ref if cut is None else min(j_ref, cut)
-    cap = top / xi2 if xi2 > 0 else None
+    cap = top / xi2 if top is not None and xi2 > 0 else None
     m = build_problem(inst, binaries="binary", bound=bound, weights=weights, copies=False,
                       delay_cap=cap)
     add_bound_cuts(m, inst)
-    if cut is not None:
-        m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= cut)
+    if source == "incumbent":
+        m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= top)
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
-        load_solution(m, ref)
+        load_solution(m, system.reference_solution(inst, within_capacity=True))
     params = scip_params(opts.time_limit, opts.gap, opts.seed)
     if opts.threads > 1:
         params["parallel/maxnthreads"] = opts.threads
     params.update(opts.scip_options)
     bar = _bar(opts.progress)
+    log = io.StringIO()
     try:
-        res = _ProgressScip(bar).solve(m, tee=False, solver_options=params, load_solutions=False,
-                                    raise_exception_on_nonoptimal_result=False,
-                                    warmstart_discrete_vars=opts.warm)
-    except Exception as e:  # pragma: no cover - SCIP errors are reported, not hidden
-        raise SolverError(f"SCIP failed: {e}") from e
+        with capture_output(log, capture_fd=True):   # SCIP's C error lines: into the message
+            res = _ProgressScip(bar).solve(m, tee=False, solver_options=params,
+                                        load_solutions=False,
+                                        raise_exception_on_nonoptimal_result=False,
+                                        warmstart_discrete_vars=opts.warm)
+    except Exception as e:  # SCIP errors are reported, not hidden
+        why = _scip_error(log.getvalue())
+        raise SolverError(f"SCIP failed: {e}" + (f" ({why})" if why else "")) from e
     finally:
         if bar is not None:
             bar.close()
@@ -76,19 +80,20 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     has_sol = res.solution_loader.get_number_of_solutions() > 0
     info = {"scip_termination": tc.name, "scip_lower_bound": lower,
             "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params,
-            "cutoff": cut}
-    if cut is not None:  # min P >= min(U, bound under J <= U) (solvers.bound)
+            "cutoff": top, "cutoff_source": source}
+    if top is not None:  # min P >= min(U, bound under J <= U) (solvers.bound)
         if status == TerminationCondition.provenInfeasible:
             return Results(method="scip", termination_condition=TerminationCondition
                            .convergenceCriteriaSatisfied, solution_status=SolutionStatus.noSolution,
-                           bound=cut, info=info, message=f"SCIP proved that no point of P has an "
-                           f"objective below the cutoff {cut:.6g}: the optimum is >= {cut:.6g}")
-        lower = None if lower is None else min(lower, cut)
+                           bound=top, info=info, message=f"SCIP proved that no point of P has an "
+                           f"objective below the cutoff {top:.6g} ({_SOURCES[source]}): the "
+                           f"optimum is >= {top:.6g}")
+        lower = None if lower is None else min(lower, top)
     if not has_sol or status == TerminationCondition.provenInfeasible:
         return Results(method="scip", termination_condition=status,
                        solution_status=SolutionStatus.noSolution, bound=lower, info=info,
                        message=f"SCIP ended with {tc.name} and no incumbent"
-                       + ("" if cut is None else f" below the cutoff {cut:.6g}"))
+                       + ("" if top is None else f" below the cutoff {top:.6g}"))
     res.solution_loader.load_vars()
     sol = clip_to_bounds(extract_solution(m), inst, bound)
     ev = system.evaluate(inst, sol, bound=bound, weights=weights)
@@ -105,18 +110,35 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
                    solution=sol, objective=ev.objective, bound=lower, gap=g, info=info)
 
 
+#: where a cutoff came from, for the messages
+_SOURCES = {"incumbent": "the option incumbent",
+            "reference": "a reference orchestration that evaluate finds feasible"}
+
+
 def scip_params(time_limit: float | None, gap: float, seed: int) -> dict:
     """SCIP's parameters for every solve of the project: time limit (none: no limit), gap,
-    seed shift, feasibility tolerance, the bundled Ipopt's options file (AMD ordering, avoiding
+    seed shift, feasibility tolerance, no display (nobody reads it; `QuietScip` keeps any
+    output that is asked for from blocking), the bundled Ipopt's options file (AMD ordering, avoiding
     the MUMPS/METIS crash) and, in an isolated child, Ctrl-C left to the parent (which kills
     the child)."""
     params = {"limits/gap": gap, "randomization/randomseedshift": seed,
-              "numerics/feastol": 1e-7, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
+              "numerics/feastol": 1e-7,
+              "display/verblevel": 0, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
     if time_limit is not None:
         params["limits/time"] = time_limit
     if in_child():
         params["misc/catchctrlc"] = False
     return params
+
+
+def _scip_error(log: str) -> str | None:
+    """The first of SCIP's own error lines in `log` (``[paramset.c:165] ERROR: Invalid value
+    <1e+308> for real parameter <limits/time>. Must be in range [0,1e+20].``), its text only."""
+    for line in log.splitlines():
+        head, sep, text = line.partition("ERROR:")
+        if sep and head.strip().startswith("[") and text.strip():
+            return text.strip()
+    return None
 
 
 def _finite(x) -> float | None:
@@ -135,8 +157,34 @@ def _bar(progress: bool):
     return tqdm(desc="scip", unit="node", file=sys.stderr)
 
 
-class _ProgressScip(ScipDirect):
-    """Pyomo's direct SCIP interface, reporting SCIP's incumbent and proven bound as it goes
+class QuietScip(ScipDirect):
+    """Pyomo's direct SCIP interface with SCIP's `optimize` run without the GIL. Pyomo captures
+    the solve's output (fd 1 included) on a pipe that a Python thread drains; SCIP, or the LP
+    solver and Ipopt inside it, writing to fd 1 while `optimize` held the GIL would fill the
+    pipe and block for ever. Every Python callback of the solve (the progress events) takes
+    the GIL itself."""
+
+    def _create_solver_model(self, model, config):
+        scip_model, loader, has_obj = super()._create_solver_model(model, config)
+        return _Nogil(scip_model), loader, has_obj
+
+
+class _Nogil:
+    """A pyscipopt model whose `optimize` is its `optimizeNogil`; every other attribute is the
+    model's."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def optimize(self) -> None:
+        self._model.optimizeNogil()
+
+
+class _ProgressScip(QuietScip):
+    """Pyomo's direct SCIP interface (`QuietScip`), reporting SCIP's incumbent and proven bound as it goes
     (`isolation.report_progress`: a crash message quotes the last ones) and, given a tqdm
     `bar`, counting the solved nodes on it."""
 

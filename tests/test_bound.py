@@ -1,16 +1,22 @@
 """The proven lower bound (solvers/bound.py) and scip's cutoff: the cuts hold at feasible
 points, the bound lies below the enumerated optimum (tiny) and below every feasible objective
 found (small), both branches of the cutoff, and bad inputs."""
+import json
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cefl_opt import system
+from cefl_opt.instance import Instance
+from cefl_opt.solution import Solution
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
-from cefl_opt.solvers.bound import (decomposed_bound, delay_floors, ml_floor, round_instance)
+from cefl_opt.solvers.bound import (cap_objective, decomposed_bound, delay_floors, ml_floor,
+                                    round_instance, verified_reference)
 from cefl_opt.solvers.centralized import exhaustive
 from cefl_opt.solvers.options import OptionError, ScipOptions
 
@@ -83,7 +89,8 @@ def test_decomposed_bound_is_below_the_enumerated_optimum(seed):
     cut = decomposed_bound(inst, 20, incumbent=best)
     assert free.bound <= best * (1 + 1e-6) and cut.bound <= best * (1 + 1e-6)
     assert cut.bound >= 0.8 * best            # and, given the optimum's value, not a trivial one
-    assert cut.cutoff == best and free.cutoff is None
+    assert cut.cutoff == best and cut.cutoff_source == "incumbent"
+    assert free.cutoff_source == "reference" and free.cutoff >= best * (1 - 1e-9)
 
 
 def test_an_incumbent_below_the_optimum_is_the_bound():
@@ -169,7 +176,7 @@ def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it():
 def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it():
     inst = make_instance("tiny", seed=1)
     best, _sol, _count = exhaustive(inst)
-    res = solve(inst, "decomposed-bound", time_limit=20)
+    res = solve(inst, "decomposed-bound", time_limit=60)   # the incumbent's share: 18 s
     assert res.solution_status == SolutionStatus.feasible
     ev = system.evaluate(inst, res.solution)
     assert ev.feasible and res.objective == pytest.approx(ev.objective, rel=1e-9)
@@ -198,3 +205,142 @@ def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, args, text)
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith("cefl-opt: error:") and text in p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+
+
+# ---------------------------------------------------------------------- the capacity edge
+# 1 UE, 2 BSs, 1 DC, T = 1, where R_floor lifts the reference's full rates above Rmax_s
+# (tests/data: the instance, and two points of it, by scip and by ipopt-enum)
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def edge():
+    inst = Instance.load(DATA / "edge_capacity_1ue_2bs.json")
+    objs = []
+    for name in ("scip", "ipopt-enum"):
+        ev = system.evaluate(inst, Solution.load(DATA / f"edge_capacity_1ue_2bs.{name}.json"))
+        assert ev.feasible
+        objs.append(ev.objective)
+    return inst, objs
+
+
+def test_the_full_rates_reference_breaks_server_capacity_on_the_edge_and_is_refused(edge):
+    inst, objs = edge
+    ev = system.evaluate(inst, system.reference_solution(inst))
+    assert [v[0] for v in ev.violations] == ["t0:sum_b R_bs<=Rmax_s (eqn: Server_capacity)[0]"]
+    assert ev.objective < min(objs)             # below feasible points: no cutoff may use it
+    # by hand: R_floor 1e6 each, then Rmax_s - 2 R_floor = 5e5 of headroom [99e6, 0] to BS 0
+    np.testing.assert_allclose(system.capacity_rates(inst), [[1.5e6], [1e6]], rtol=1e-12)
+    sol, obj = verified_reference(inst)
+    assert system.evaluate(inst, sol).feasible and obj >= max(objs)
+    assert cap_objective(inst) == (obj, "reference")
+    assert cap_objective(inst, 0.5 * obj) == (0.5 * obj, "incumbent")
+
+
+def test_a_reference_that_evaluate_rejects_is_no_cutoff(edge, monkeypatch):
+    inst, objs = edge
+    monkeypatch.setattr(system, "capacity_rates", system.full_rates)
+    assert verified_reference(inst) is None and cap_objective(inst) == (None, None)
+    r = decomposed_bound(inst, 10)
+    assert r.cutoff is None and r.cutoff_source is None
+    assert 0 < r.bound <= min(objs) * (1 + 1e-6)
+
+
+def test_scip_finds_the_edge_instance_feasible_and_bounds_it_below_its_points(edge):
+    inst, objs = edge
+    res = solve(inst, "scip", time_limit=20)
+    assert res.termination_condition != TerminationCondition.provenInfeasible
+    assert res.bound is not None and res.bound <= min(objs) * (1 + 1e-6)
+    assert res.info["cutoff_source"] == "reference"
+    assert system.evaluate(inst, res.solution).feasible
+
+
+def test_decomposed_bound_on_the_edge_instance_lies_below_its_points(edge):
+    inst, objs = edge
+    free = decomposed_bound(inst, 10)
+    given = decomposed_bound(inst, 10, incumbent=max(objs))
+    for r in (free, given):
+        assert 0 < r.bound <= min(objs) * (1 + 1e-6)
+        assert np.isfinite(r.rounds).all()
+    assert given.cutoff == max(objs) and given.cutoff_source == "incumbent"
+
+
+# ---------------------------------------------------------------------- output cannot block
+def test_scip_printing_megabytes_through_pyomos_capture_ends():
+    # SCIP's node log, every node, with its LP solver's output, into the pipe that Pyomo's
+    # capture_output drains with a thread; with the GIL held it would block for ever
+    code = textwrap.dedent("""
+        import numpy as np, pyomo.environ as pyo
+        from cefl_opt.solvers.scip import QuietScip
+        A = np.random.default_rng(0).integers(0, 100, size=(3, 24))
+        m = pyo.ConcreteModel()
+        m.x = pyo.Var(range(24), domain=pyo.Binary)
+        m.s = pyo.Var(range(3), bounds=(-1e3, 1e3))
+        m.a = pyo.Var(range(3), bounds=(0, 1e3))
+        m.c = pyo.Constraint(range(3), rule=lambda m, i: sum(int(A[i, j]) * m.x[j]
+                             for j in range(24)) + m.s[i] == int(A[i].sum() // 2))
+        m.p = pyo.Constraint(range(3), rule=lambda m, i: m.a[i] >= m.s[i])
+        m.n = pyo.Constraint(range(3), rule=lambda m, i: m.a[i] >= -m.s[i])
+        m.o = pyo.Objective(expr=sum(m.a.values()))
+        res = QuietScip().solve(m, tee=False, load_solutions=False,
+                                raise_exception_on_nonoptimal_result=False,
+                                solver_options={"display/verblevel": 5, "display/freq": 1,
+                                                "display/headerfreq": 1, "display/lpinfo": True,
+                                                "limits/nodes": 500})
+        print(len(res.solver_log))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout.split()[-1]) > 1_000_000
+
+
+def test_scip_shows_no_display_unless_asked():
+    from cefl_opt.solvers.scip import scip_params
+    assert scip_params(5.0, 1e-6, 0)["display/verblevel"] == 0
+
+
+# ---------------------------------------------------------------------- what the method writes
+def _bound_cli(tmp_path, net, *args):
+    out = tmp_path / "bound.json"
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
+                        "decomposed-bound", *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    return p, out
+
+
+def test_the_method_with_an_incumbent_writes_its_bound_and_exits_0(tmp_path, edge):
+    inst, objs = edge
+    p, out = _bound_cli(tmp_path, DATA / "edge_capacity_1ue_2bs.json", "--time-limit", "10",
+                        "--set", f"incumbent={max(objs)!r}")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(out.read_text())
+    assert rep["format"] == "cefl-bound/1" and rep["incumbent"] == max(objs)
+    assert rep["bound"] <= min(objs) * (1 + 1e-6)
+    assert rep["gap"] == pytest.approx((max(objs) - rep["bound"]) / max(objs))
+    assert rep["cutoff"] == max(objs) and rep["cutoff_source"] == "incumbent"
+    (row,) = rep["rounds"]
+    assert len(row["floors"]) == inst.S == len(row["scip_status"])
+    assert min(rep["cells"]["bounds"]) == pytest.approx(rep["bound"], rel=1e-12)
+    assert f"bound {rep['bound']:.8g}" in p.stdout
+
+
+def test_the_method_ends_within_its_time_limit(tmp_path):
+    # one budget for decentralized's incumbent and every subproblem; the method's own wall
+    # time (the report's), with 10 % and 1 s for loading a model into SCIP under load
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=0).save(net)
+    p, out = _bound_cli(tmp_path, net, "--time-limit", "5")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(out.read_text())
+    assert rep["wall_s"] <= 5 * 1.1 + 1.0
+    assert rep["bound"] > 0 and rep["time_limit"] == 5
+
+
+@pytest.mark.slow
+def test_the_method_ends_with_its_defaults_on_a_tiny_instance_that_made_scip_print(tmp_path):
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=21).save(net)
+    p, out = _bound_cli(tmp_path, net)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["wall_s"] <= 600 * 1.1

@@ -269,7 +269,8 @@ def test_ipopt_enum_with_no_time_left_for_a_solve_reports_no_solution(small):
 
 
 @pytest.mark.parametrize("name,ok,bad", [("time_limit", 1e-9, 0.0), ("sweeps", 1, 0),
-                                          ("starts", 1, 0), ("screen", 0.0, -1e-9)])
+                                          ("starts", 1, 0), ("screen", 0.0, -1e-9),
+                                          ("workers", 1, 0)])
 def test_ipopt_enum_option_boundaries(name, ok, bad):
     from cefl_opt.solvers.options import IpoptEnumOptions, OptionError
     assert getattr(IpoptEnumOptions(**{name: ok}), name) == ok
@@ -317,9 +318,10 @@ def test_ipopt_enum_sweeps_move_a_round_to_the_best_aggregator():
     every = {aggs: centralized.solve_with_repair(nlp, centralized.decisions_for(inst, aggs))[2]
              for aggs in itertools.product(range(inst.S), repeat=inst.T)}
     assert min(every, key=every.get) == (0, 0) and every[(1, 0)] > every[(0, 0)] * 1.001
-    search = centralized._Search(nlp, None)
+    opts = IpoptEnumOptions(sweeps=1, workers=1)
+    runner = centralized._Runner(inst, opts, 1)
     start, st, obj = nlp.solve(centralized.decisions_for(inst, [1, 0]))
-    sol, obj, _st = centralized._sweeps(search, IpoptEnumOptions(sweeps=1), start, obj, st)
+    sol, obj, _st = centralized._sweeps(runner, opts, start, obj, st)
     assert [r.aggregator for r in sol.rounds] == [0, 0]
     assert obj <= every[(0, 0)] * (1 + 1e-6)
     assert obj == pytest.approx(system.evaluate(inst, sol).objective, rel=1e-9)
@@ -343,3 +345,31 @@ def test_ipopt_enum_out_of_time_after_the_decentralized_seed_returns_its_point(s
     assert [d["seed"] for d in res.info["seeds"]] == ["decentralized"]
     assert res.objective == pytest.approx(dec.objective, rel=1e-12)
     assert system.evaluate(small, res.solution).feasible
+
+
+def test_ipopt_prints_nothing_into_the_captured_output_whatever_the_options_say():
+    # its console log goes to a pipe drained by a thread while cyipopt holds the GIL
+    from cefl_opt.solvers.centralized import FixedNLP
+    inst = make_instance("tiny", seed=0, rounds=1)
+    nlp = FixedNLP(inst, ipopt_options={"print_level": 12, "tol": 1e-7})
+    assert nlp.options["print_level"] == 0 and nlp.options["tol"] == 1e-7
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_ipopt_enum_gives_the_same_answer_bit_for_bit_on_any_number_of_workers(seed):
+    """The independent solves run on a pool of processes; the result is the serial one exactly
+    (objective, every value of the point, the seeds' trials, the solves counted)."""
+    inst = make_instance("small", seed=seed, rounds=2)
+    one = solve(inst, "ipopt-enum", workers=1)
+    assert one.info["workers"] == 1
+    for workers in (2, 3):
+        many = solve(inst, "ipopt-enum", workers=workers)
+        assert many.info["workers"] == workers
+        assert many.objective == one.objective
+        for a, b in zip(many.solution.rounds, one.solution.rounds):
+            assert a.aggregator == b.aggregator
+            for k, v in vars(b).items():
+                assert np.array_equal(np.asarray(getattr(a, k)), np.asarray(v)), k
+        assert many.info["seeds"] == one.info["seeds"]
+        assert many.info["ipopt_solves"] == one.info["ipopt_solves"]
+        assert many.info["aggregators"] == one.info["aggregators"]

@@ -320,7 +320,7 @@ def test_flower_app_run_config_defaults_are_the_clis():
     assert {k: (app[k], cli[k]) for k in cli if app[k] != cli[k]} == on_purpose
     keys = {k.replace("-", "_") for k in cfg}
     assert keys - set(app) == {"min_nodes", "round_timeout"}   # the rest are options
-    assert set(app) - keys == {"allow_infeasible", "allow_other_instance"}
+    assert set(app) - keys == {"allow_infeasible", "allow_other_instance", "overwrite"}
 
 
 # ---------------------------------------------------------------- CLI

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..io import InputError, check_distinct, check_writable
+from ..io import InputError, check_distinct, check_new, check_writable
 from .data import DATASETS
 from .models import MODELS
 from .trainer import DEFAULT_LR
@@ -125,6 +125,8 @@ class TrainOptions:
     allow_other_instance: bool = opt(False, "train under a solution that records another "
                                      "instance's fingerprint (refused by default, exit 2)",
                                      parse=None)
+    overwrite: bool = opt(False, "replace an existing targets table <stem>.targets.csv (it is "
+                          "never replaced silently: exit 2)", parse=None)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -217,12 +219,13 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
 
 def write_train_outputs(res, out) -> tuple[Path, Path]:
-    """The per-round CSV at ``out`` and the targets table next to it (``<stem>.targets.csv``)."""
-    from ..io import write_csv_atomic
+    """The per-round CSV at ``out`` and the targets table next to it (``<stem>.targets.csv``),
+    both or neither."""
+    from ..io import write_all_atomic
     out = Path(out)
     tpath = _targets_path(out)
-    write_csv_atomic(res.history, out)
-    write_csv_atomic(res.targets, tpath)
+    write_all_atomic([(out, res.history.to_csv(index=False)),
+                      (tpath, res.targets.to_csv(index=False))])
     return out, tpath
 
 
@@ -257,6 +260,7 @@ def prepare_train(opts: TrainOptions, *, progress: bool = False):
     check_distinct([("--out", opts.out), ("--out (targets table)", tpath)], [opts.net, opts.sol])
     check_writable(opts.out, "--out")
     check_writable(tpath, "--out (targets table)")
+    check_new(tpath, "--out", overwrite=opts.overwrite)
     if opts.threads is not None:
         import torch
         torch.set_num_threads(int(opts.threads))

@@ -166,12 +166,13 @@ def describe_check(check: Callable | None, choices: tuple | None) -> str:
         return ""
     owner = check.__qualname__.split(".<locals>")[0]
     cells = dict(zip(check.__code__.co_freevars, (c.cell_contents for c in check.__closure__ or ())))
+    from cefl_opt.solvers.options import _num
     if owner == "at_least":
-        return f"≥ {cells['lo']:g}"
+        return f"≥ {_num(cells['lo'])}"
     if owner == "in_interval":
         lo = "(" if cells.get("lo_open") else "["
         hi = ")" if cells.get("hi_open") else "]"
-        return f"in {lo}{cells['lo']:g}, {cells['hi']:g}{hi}"
+        return f"in {lo}{_num(cells['lo'])}, {_num(cells['hi'])}{hi}"
     if owner == "positive":
         return "> 0"
     doc = inspect.getdoc(check)
