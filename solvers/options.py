@@ -742,7 +742,7 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
             rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
                     else _check_text(f.metadata.get("check")))
             wrap.initial_indent = "      "
-            rule = f" [{rule}]".replace(" ", "\u00a0") if rule else ""   # kept on one line
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
             lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
