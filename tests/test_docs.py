@@ -191,6 +191,14 @@ def test_every_record_value_is_filled_in(site):
     assert "recorded at" in home and "Machines:" in home      # the headline block, filled
 
 
+def test_missing_math_renderer_fails_the_build_with_a_clear_error(monkeypatch, tmp_path):
+    hook = _hook()
+    monkeypatch.setattr(hook.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="MathJax is not installed.*make install"):
+        hook.copy_mathjax(tmp_path)
+    assert not (tmp_path / "javascripts").exists()
+
+
 def test_check_descriptions_against_hand_values():
     from cefl_opt.solvers.options import at_least, in_interval, positive
     hook = _hook()
