@@ -727,14 +727,17 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
 
 
 def write_trace(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """The trace rows as CSV (TRACE_FIELDS; floats with 10 significant digits)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=TRACE_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in r.items()})
+    """The trace rows as CSV (TRACE_FIELDS; floats with 10 significant digits), written by the
+    project's one writer (`cefl_opt.io.write_atomic`)."""
+    import io
+
+    from cefl_opt.io import write_atomic
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=TRACE_FIELDS)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_atomic(path, buf.getvalue())
 
 
 # ---------------------------------------------------------------------- solver registry
