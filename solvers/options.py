@@ -764,7 +764,8 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
             rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
                     else _check_text(f.metadata.get("check")))
             wrap.initial_indent = "      "
-            lines += wrap.wrap(f.metadata["doc"] + (f" [{rule}]" if rule else ""))
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
+            lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
 
