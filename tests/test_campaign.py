@@ -176,7 +176,7 @@ def _regressions():
     """tests/data/campaign/*.json, each with its `notes.campaign` record: the methods to run
     (with options) and what an earlier campaign found on it."""
     out = []
-    for path in sorted(DATA.glob("*.json")):
+    for path in sorted(p for p in DATA.glob("*.json") if not p.name.endswith(".point.json")):
         note = json.loads(path.read_text())["notes"]["campaign"]
         out.append(pytest.param(path, note, id=path.stem))
     return out
@@ -189,7 +189,10 @@ def test_regression_instances(path, note, cheap):
     now."""
     inst = Instance.load(path)
     methods = [(m, dict(o)) for m, o in note["methods"]]
-    bad = cp.check_invariants(cp.run_instance(inst, methods, hang_s=60.0))
+    point = path.with_suffix(".point.json")
+    known = [cp.known_run(inst, point)] if point.exists() else []
+    assert all(r.feasible for r in known)
+    bad = cp.check_invariants(known + cp.run_instance(inst, methods, hang_s=60.0))
     assert bad == [], note["found"]
 
 
