@@ -199,13 +199,13 @@ def test_regression_instances(path, note, cheap):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_campaign_slow():
-    """More and larger drawn instances (up to 12 UEs, 4 rounds), every method (at most 15
+    """More and larger drawn instances (8, up to 12 UEs, 4 rounds), every method (at most 15
     minutes)."""
     methods = cp.profile("full", time_limit=2.0)
     cp.warm_up(methods)
     found: list = []
 
-    @settings(max_examples=12, phases=[Phase.generate], **QUIET)
+    @settings(max_examples=8, phases=[Phase.generate], **QUIET)
     @given(cp.instances(max_ues=12, max_bss=3, max_dcs=3, max_rounds=4))
     def one(drawn):
         regime, inst = drawn
@@ -214,3 +214,30 @@ def test_campaign_slow():
 
     one()
     assert found == []
+
+
+# ---------------------------------------------------------------------- the report
+def test_summary_counts_instances_violations_and_gaps_by_hand():
+    """Two instances of regime 'a' (one with a bound violation), one of 'b' without a feasible
+    point: the per-regime table and the gap percentiles are the hand counts."""
+    from cefl_opt.generator import make_instance
+    inst = make_instance("tiny", ues=1, bss=1, dcs=1, rounds=1, seed=0)
+    rows = []
+    runs_a0 = [_run("greedy-rate", 10.0), _run("scip", None, bound=8.0)]
+    runs_a1 = [_run("greedy-rate", 4.0), _run("scip", None, bound=5.0)]
+    runs_b = [_run("greedy-rate", None, status="locally_infeasible"),
+              _run("scip", None, status="infeasible")]
+    for k, (regime, runs) in enumerate((("a", runs_a0), ("a", runs_a1), ("b", runs_b))):
+        rows += cp.instance_rows(k, regime, inst, runs, cp.check_invariants(runs))
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    t = cp.summary_tables(df)
+    per = t["per_regime"]
+    assert per.loc["a", "instances"] == 2 and per.loc["a", "with_feasible"] == 2
+    assert per.loc["b", "instances"] == 1 and per.loc["b", "with_feasible"] == 0
+    assert per.loc["a", "bound"] == 1 and per.loc["b", "bound"] == 0
+    assert per.loc["all", "instances"] == 3 and per.loc["all", "bound"] == 1
+    gap = t["gap"].loc[("a", "scip")]
+    assert gap["count"] == 2
+    assert gap["max"] == pytest.approx(0.2) and gap["min"] == pytest.approx(-0.25)
+    assert "| a " in cp.report(df)
