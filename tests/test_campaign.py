@@ -160,6 +160,20 @@ def test_campaign_default(cheap):
     assert found == []
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_benchmark_writes_its_csv_and_summary(tmp_path, cheap):
+    """`python -m benchmarks.campaign` on 2 one-round instances: one CSV row per instance and
+    method, the summary's tables, and no failures folder when nothing broke."""
+    import pandas as pd
+    assert cp.main(["--instances", "2", "--max-ues", "2", "--max-rounds", "1", "--cli-every",
+                    "0", "--time-limit", "1", "--out-dir", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "campaign.csv")
+    assert df["instance"].nunique() == 2
+    assert len(df) == 2 * len(cp.profile("bench"))
+    assert df["violations"].isna().all() and not (tmp_path / "failures").exists()
+    assert "Instances per regime" in (tmp_path / "summary.md").read_text()
+
+
 def test_cli_prints_the_objective_it_writes(tmp_path):
     """`cefl-opt solve` through its command line: the printed objective is the written one,
     and the written point is feasible under evaluate."""
