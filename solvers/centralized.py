@@ -322,11 +322,15 @@ def _polish_task(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: fl
     return _polish(search, sol, obj, st, repair)
 
 
+DEC_SEED_SHARE = 0.3     # of ipopt-enum's time left, the most a decentralised seed may take
+
+
 def _decentralized_seed(inst: Instance, method: str, bound: str,
                         deadline: float | None) -> Solution | None:
     """`method`'s point (decentralized or decentralized-polish), which has no time limit of its
-    own: with a `deadline` (a `time.monotonic` instant) it runs in a forked child stopped
-    there, and a stopped run gives no point (None)."""
+    own: with a `deadline` (a `time.monotonic` instant) it runs in a forked child stopped after
+    `DEC_SEED_SHARE` of the time left, so that the Ipopt seeds keep the rest; a stopped run
+    gives no point (None)."""
     from .decentralized import solve_decentralized
     if deadline is None:
         return solve_decentralized(inst, method=method, bound=bound)[0]
@@ -338,7 +342,7 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
     send.close()
     try:
         left = max(deadline - time.monotonic(), 0.0)
-        return recv.recv() if recv.poll(left) else None
+        return recv.recv() if recv.poll(DEC_SEED_SHARE * left) else None
     except EOFError:                                  # the child died without an answer
         return None
     finally:
