@@ -255,6 +255,15 @@ class DecentralizedRun:
     finishing_records: list = field(default_factory=list)   # their finishing phases' records
     budget: "SearchBudget | None" = None                     # the search's, once it starts
     relaxed_passes: int = 0                                  # the relaxed phase's passes
+    search_times: dict = field(default_factory=dict)         # seconds per kind of search step
+
+    def timed(self, kind: str, fn, *args, **kw):
+        """fn(*args, **kw), its wall seconds added to `search_times[kind]`."""
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kw)
+        finally:
+            self.search_times[kind] = self.search_times.get(kind, 0.0) + time.perf_counter() - t
 
     def sca_hooks(self) -> dict[str, Any]:
         """`run_sca`'s keyword arguments: the message-passing forms of its evaluations
@@ -523,7 +532,9 @@ def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
     if run.k.live_only:   # each host drops its rows' entries that the fixed indicators kill
         run.inner.set_active(st.live_entries(
             u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
-    u, records, reason = run.run_phase(u_fixed, "fixed")
+    if run.budget is None:
+        return run.run_phase(u_fixed, "fixed")
+    u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed")
     if run.budget is not None:
         run.budget.charge(_phase_passes(records))
         run.budget.finishing_phases += 1
@@ -592,20 +603,22 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
            "group_trials": 0, "exact_trials": 0}
+    timed = getattr(run, "timed", lambda _kind, fn, *a, **kw: fn(*a, **kw))
+
     def afford(passes: int = 0) -> bool:
         return _afford(run, passes)
     for _ in range(k.refine_rounds):
         if not afford():
             break
         fix_indicators_at(st, inc.u)
-        u_moved, moved = association_moves(st, inc.u, free, linearise=lin_fn, views=views,
-                                           passes=passes)
-        u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
-                                         global_max=gmax, viol_tol=k.viol_tol, passes=passes,
-                                         afford=afford)
-        u_moved, group = exact_group_moves(st, u_moved, free, linearise=lin_fn, views=views,
-                                           global_max=gmax, viol_tol=k.viol_tol, passes=1,
-                                           afford=afford)
+        u_moved, moved = timed("priced_moves_s", association_moves, st, inc.u, free,
+                               linearise=lin_fn, views=views, passes=passes)
+        u_moved, exact = timed("exact_moves_s", exact_top_moves, st, u_moved, free,
+                               linearise=lin_fn, views=views, global_max=gmax,
+                               viol_tol=k.viol_tol, passes=passes, afford=afford)
+        u_moved, group = timed("group_moves_s", exact_group_moves, st, u_moved, free,
+                               linearise=lin_fn, views=views, global_max=gmax,
+                               viol_tol=k.viol_tol, passes=1, afford=afford)
         cnt["refine_rounds"] += 1
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
@@ -656,7 +669,9 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
         best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
                                       passes=k.agg_passes, viol_tol=k.viol_tol,
                                       screen=k.agg_screen,
-                                      estimate=lambda u: _estimate_point(run, u, views, c.start),
+                                      estimate=lambda u: run.timed(
+                                          "estimate_s", _estimate_point, run, u, views,
+                                          c.start),
                                       afford=budget.afford)
         t_r = time.perf_counter()
         if k.refine_rounds:
@@ -668,7 +683,8 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
     run.budget = None
     run.info.update(search_stop="search budget" if budget.stopped else "completed",
                     search_passes=budget.spent, search_budget_passes=budget.limit,
-                    search_finishing_phases=budget.finishing_phases, search_phases=phases)
+                    search_finishing_phases=budget.finishing_phases, search_phases=phases,
+                    search_times=dict(run.search_times))
     chosen = best_of(found, k.viol_tol)
     fix_indicators_at(st, chosen.u)
     if run.dec and run.msg_hist:   # the last evaluations' messages join the last outer's
