@@ -512,3 +512,13 @@ def test_plot_titles_give_the_objective_under_the_recorded_weights(api):
         system.evaluate(inst, own, weights=DOUBLE).objective)
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+@pytest.mark.parametrize("value,what", [(lambda a: a.tolist(), "got list"),
+                                        (lambda a: a.astype(object), "got object array")])
+def test_evaluate_refuses_a_field_that_is_not_a_numeric_array(api, value, what):
+    from cefl_opt import system
+    bad = _broken(api[1], 1, f=value)
+    with pytest.raises(TypeError, match=r"field 'rounds\[1\]\.f' must be a numeric numpy "
+                                        rf"array, {what}"):
+        system.evaluate(api[0], bad)
