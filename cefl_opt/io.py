@@ -223,8 +223,8 @@ def output_target(path: str | Path) -> Path:
 
 
 def _refuse_special(p: Path, shown: str | Path, option: str | None) -> None:
-    """InputError when `p` exists and is not a regular file (nor, when `option` is None, a
-    folder: write_atomic's own caller checks that)."""
+    """InputError when `p` exists and is not a regular file (a folder, a FIFO, a device node, a
+    socket), naming `option` when given, else the output `shown`."""
     if not p.exists() or p.is_file():
         return
     what = ("a folder, not a file" if p.is_dir() else "a FIFO" if p.is_fifo() else
@@ -256,9 +256,7 @@ def write_all_atomic(items: Iterable[tuple[str | Path, str | bytes]]) -> list[Pa
         targets = []
         for current, data in items:
             p = output_target(current)
-            _refuse_special(p, current, None)
-            if p.is_dir():
-                raise InputError(f"output '{current}' is a folder, not a file")
+            _refuse_special(p, current, None)      # a folder, a FIFO, a device, a socket
             made += _make_folders(p.parent)
             staged.append(_stage(p, data))
             targets.append(p)

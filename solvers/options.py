@@ -400,6 +400,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),
+    "search_budget": ("network passes the search after the first finished point may spend, "
+                      "as a multiple of the relaxed phase's (outer plus inner iterations); "
+                      "when they run out the search stops ('search budget') with the best "
+                      "point so far", at_least(0), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
@@ -766,7 +770,8 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
             rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
                     else _check_text(f.metadata.get("check")))
             wrap.initial_indent = "      "
-            lines += wrap.wrap(f.metadata["doc"] + (f" [{rule}]" if rule else ""))
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
+            lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
 

@@ -319,11 +319,13 @@ def _argv_full(kind: str, files: Path, root: Path) -> tuple[list, Path]:
     if kind == "plot":
         out = root / "a" / "b" / "fig.png"
         return ["plot", files / "tiny.json", files / "tiny_sol.json", "--out", out], out
+    if kind == "run":              # the report file is named as in --out, not the staging folder
+        return RUN + ["--out", root / "x" / "rep"], root / "x" / "rep" / "instance.json"
     out = root / "n1" / "n2" / "s.json"
     return ["solve", files / "tiny.json", "--method", "greedy-rate", "--out", out], out
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, tmp_path,
                                                                    capsys, monkeypatch):
     real = os.fdopen
@@ -342,7 +344,7 @@ def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_tmpfs_names_the_output_and_leaves_no_folder(kind, files, full_disk, capsys):
     argv, out = _argv_full(kind, files, full_disk)
     rc, _, err = call(argv, capsys)
