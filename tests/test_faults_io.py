@@ -201,6 +201,17 @@ def test_options_file_over_the_limit_is_refused(files, tmp_path, capsys, monkeyp
     assert rc == 0, err
 
 
+def test_instance_over_the_limit_is_refused(files, capsys, monkeypatch):
+    size = (files / "tiny.json").stat().st_size
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size - 1)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"instance file '{files / 'tiny.json'}'" in line and "too large" in line
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    assert rc == 0, err
+
+
 def test_non_utf8_inputs_name_the_file_and_the_option(files, tmp_path, capsys):
     opts = tmp_path / "o.toml"
     opts.write_bytes(b'name = "caf\xe9"\n')
@@ -292,6 +303,24 @@ def test_train_never_replaces_an_existing_targets_table(files, tmp_path, capsys)
     assert rc == 0, err
     assert (tmp_path / "t.targets.csv").read_text() != "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.targets.csv"]
+
+
+def test_estimate_writes_out_and_apply_both_or_neither(files, tmp_path, capsys, monkeypatch):
+    """--apply cannot be written: --out, staged first, is not written either (the success of
+    both: tests/test_learning_cli.py)."""
+    real_stage = cefl_io._stage
+
+    def failing_stage(p, data):
+        if p.name == "a.json":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(p))
+        return real_stage(p, data)
+    monkeypatch.setattr(cefl_io, "_stage", failing_stage)
+    rc, _, err = call(["estimate", files / "net.json", "--dataset", "digits", "--draws", "2",
+                       "--sample-size", "8", "--grad-max", "20", "--out", tmp_path / "e.json",
+                       "--apply", tmp_path / "a.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"cannot write '{tmp_path / 'a.json'}'" in line, line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_writer_removes_the_folders_it_made_on_failure(tmp_path):
