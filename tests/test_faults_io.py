@@ -97,14 +97,14 @@ def full_disk(tmp_path):
     full = tmp_path / "full"
     if os.geteuid() != 0 or not _mount_tmpfs(full):
         pytest.skip("mounting a tmpfs needs root")
+    fd = os.open(full / "fill", os.O_WRONLY | os.O_CREAT)
     try:
-        with open(full / "fill", "wb") as fh:
-            with pytest.raises(OSError):
-                while True:
-                    fh.write(b"\0" * 4096)
-                    fh.flush()
-    except OSError:
-        pass
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
     yield full
     subprocess.run(["umount", str(full)], check=True)
 
@@ -482,8 +482,10 @@ def test_library_noise_never_precedes_the_error_line(tmp_path):
     import pyomo.environ  # noqa: F401  (Pyomo's log handler, as the commands have it)
     script = tmp_path / "noisy.py"
     script.write_text("import pyomo.environ\n" + NOISY)
-    run = lambda where: subprocess.run([sys.executable, str(script), where], cwd=tmp_path,  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
+
+    def run(where: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), where], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
     outside = run("outside")
     assert "W1002" in outside.stdout + outside.stderr     # Pyomo's handler writes to stdout
     assert "RuntimeWarning" in outside.stderr
