@@ -50,6 +50,12 @@ MAX_INT_DIGITS = 18
 MAX_INPUT_BYTES = 1 << 30
 MAX_OPTIONS_BYTES = 1 << 20
 
+# The largest seed and thread count an option takes (every command): numpy's seed range (a
+# 32-bit unsigned integer, which `numpy.random.seed` and `RandomState` need), and torch's
+# threads far above any machine's cores and below the C int the libraries take.
+SEED_MAX = 2 ** 32 - 1
+THREADS_MAX = 1024
+
 
 class InputError(ValueError):
     """Bad user input; the message names the field or option and the offending value."""

@@ -503,6 +503,6 @@ def test_scip_errors_go_into_the_message(files, tmp_path, capsys):
                            str(tmp_path / "s.json"), "--options", str(opts)],
                           capture_output=True, text=True, timeout=300)
     line = one_error_line(proc.stderr)
-    assert proc.returncode == 4 and "limits/time" in line and "[0,1e+20]" in line, line
+    assert proc.returncode == 2 and "limits/time" in line and "[0,1e+20]" in line, line
     assert "paramset.c" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.toml"]
