@@ -398,6 +398,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),
+    "search_budget": ("network passes the search after the first finished point may spend, "
+                      "as a multiple of the relaxed phase's (outer plus inner iterations); "
+                      "when they run out the search stops ('search budget') with the best "
+                      "point so far", at_least(0), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
