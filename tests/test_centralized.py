@@ -89,7 +89,7 @@ def test_greedy_data_picks_the_hot_subnetwork():
 def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
     inst = make_instance("tiny", seed=0, bss=2, rounds=1)
     best, _sol, _ = exhaustive(inst)
-    res = solve(inst, "scip", time_limit=10)
+    res = solve(inst, "scip", time_limit=30)   # a finite dual bound under load
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
     ev = system.evaluate(inst, res.solution) if res.solution is not None else None
