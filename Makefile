@@ -7,8 +7,11 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.cefl-installed
 APT_PKGS := coinor-libipopt-dev liblapack-dev libblas-dev pkg-config libamplsolver-dev cmake g++ dataset-fashion-mnist
 PYTEST_ARGS ?=
+# the suites run on every core (pytest-xdist); the tests that launch mpiexec share one worker
+# (xdist_group "mpi"), one launch at a time
+PYTEST_XDIST ?= -n auto --dist loadgroup
 
-.PHONY: install run test test-slow bench docs docs-serve clean-venv
+.PHONY: install run test test-slow bench campaign docs docs-serve clean-venv
 
 install: $(STAMP)
 
@@ -33,13 +36,18 @@ run: install
 	$(VENV)/bin/cefl-opt run --out results/run --overwrite
 
 test: install
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-slow: install
-	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m slow $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: install
 	$(VPY) -m benchmarks.run_all --quick
+
+# The instance-space campaign (outside CI, about 2 hours on 2 shared cores): 1,000 drawn
+# instances, results/campaign/campaign.csv and summary.md (docs/results/campaign.md).
+campaign: install
+	$(VPY) -m benchmarks.campaign --instances 1000 --out-dir results/campaign
 
 # The reference pages (CLI, options, file formats) are generated from the code at build time
 # by docs/hooks/reference.py; nothing generated is committed.

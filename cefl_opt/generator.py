@@ -103,8 +103,37 @@ def make_instance(preset: str = "paper", *, ues: int | None = None, bss: int | N
                   **overrides: Any) -> Instance:
     """A seeded instance of `preset` with optional size overrides and field overrides.
 
-    reach: each UE keeps links to its `reach` nearest BSs only (module docstring); None (the
-    presets' default) or reach >= B keeps every link."""
+    The draws and their sources are listed in the module docstring; the instance's fields are
+    the given quantities of Problem P (docs/formulation.md, '1. Network and data').
+
+    Args:
+        preset: `tiny` (2 UEs, 1 BS, 2 DCs, 2 rounds), `small` (4, 2, 2, 3) or `paper`
+            (20, 10, 5, 5).
+        ues: number of UEs N (default: the preset's).
+        bss: number of BSs B (default: the preset's).
+        dcs: number of DCs S (default: the preset's).
+        rounds: number of global rounds T (default: the preset's).
+        seed: seed of every random draw, an integer >= 0.
+        concentration: share c in [0, 1) of each sub-network's data that moves to the next
+            sub-network each round.
+        edge_prob: probability of each extra edge of the communication graph.
+        reach: each UE keeps links to its `reach` nearest BSs only; None (the presets'
+            default) or reach >= B keeps every link.
+        **overrides: field values of `Instance` that replace the drawn ones (e.g. `xi1=2.0`).
+
+    Returns:
+        The validated instance.
+
+    Raises:
+        InstanceError: an unknown preset, a size, seed, reach or concentration out of range, or
+            an override that makes the instance invalid.
+
+    Examples:
+        >>> from cefl_opt import make_instance
+        >>> inst = make_instance("small", seed=0, rounds=2)
+        >>> inst.N, inst.B, inst.S, inst.T
+        (4, 2, 2, 2)
+    """
     if preset not in PRESETS:
         raise InstanceError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
     size = dict(PRESETS[preset])

@@ -125,7 +125,18 @@ LINK_FIELDS = {"R_nb": "TNB", "P_nb": "TNB", "R_bn": "TBN"}
 @dataclass
 class Instance:
     """Every given quantity of Problem P (docs/formulation.md, '1. Network and data'). Arrays are
-    numpy, rounds first."""
+    numpy, rounds first; each field, its shape, range and unit is listed on the File formats
+    page. `make_instance` draws one; `Instance.load` reads one from its JSON file.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> from cefl_opt import Instance, make_instance
+        >>> inst = make_instance("tiny", seed=0)
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "net.json"
+        >>> inst.save(path)
+        >>> Instance.load(path).fingerprint() == inst.fingerprint()
+        True
+    """
 
     name: str
     Dbar: np.ndarray
@@ -498,10 +509,28 @@ class Instance:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def save(self, path: str | Path) -> None:
+        """Write the instance's JSON file atomically (nothing partly written on failure).
+
+        Args:
+            path: the file to write.
+        """
         write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path, *, validate: bool = True) -> "Instance":
+        """Read an instance file (format 2, or format 1 with its old names).
+
+        Args:
+            path: the JSON file.
+            validate: check every field (types, shapes, ranges, structure).
+
+        Returns:
+            The instance.
+
+        Raises:
+            InstanceError: the file is missing, not JSON, or a field is invalid; the message
+                names the field and value.
+        """
         return cls.from_dict(read_json(path, what="instance"), validate=validate)
 
     def copy(self, **changes: Any) -> "Instance":

@@ -6,6 +6,7 @@ reads a solution with an instance (``evaluate``, ``train``, ``plot``) runs. File
 the key existed still load: the check then returns a note instead of refusing."""
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,13 +56,64 @@ class RoundDecision:
                              aggregator=int(self.aggregator))
 
 
+def _checked_round(t: int, arrays: dict[str, np.ndarray], agg: Any,
+                   instance: Instance | None) -> RoundDecision:
+    """Round t's decision from its field arrays, each checked: finite; with `instance`, of the
+    shape its dimensions give (ROUND_FIELDS), the BS indices in 0..B-1 and the aggregator a
+    DC index 0..S-1. InstanceError (a ValueError) naming the field."""
+    dims = instance.dims() if instance is not None else None
+    kw: dict[str, np.ndarray] = {}
+    for k, (shape, dtype) in ROUND_FIELDS.items():
+        name, arr = f"rounds[{t}].{k}", arrays[k]
+        if not np.all(np.isfinite(arr)):
+            bad = np.argwhere(~np.isfinite(arr))[0].tolist()
+            raise InstanceError(f"field '{name}' has a non-finite value {arr[tuple(bad)]} at "
+                                f"{bad}")
+        if dims is not None:
+            want = tuple(dims[ch] for ch in shape)
+            if arr.shape != want:
+                raise InstanceError(f"field '{name}' has shape {list(arr.shape)}, expected "
+                                    f"{list(want)}")
+        if dtype is int:
+            if np.any(arr != np.round(arr)):
+                raise InstanceError(f"field '{name}' must hold integers")
+            if np.any(np.abs(arr) > 2 ** 31):
+                raise InstanceError(f"field '{name}' has an index out of range")
+            arr = arr.astype(int)
+            if instance is not None and (np.any(arr < 0) or np.any(arr >= instance.B)):
+                raise InstanceError(f"field '{name}' has a BS index outside "
+                                    f"0..{instance.B - 1}: {arr.tolist()}")
+        kw[k] = arr
+    if isinstance(agg, (bool, np.bool_)) or not isinstance(agg, numbers.Integral):
+        raise InstanceError(f"field 'rounds[{t}].aggregator' must be an integer, got {agg!r}")
+    if instance is not None and not 0 <= agg < instance.S:
+        raise InstanceError(f"field 'rounds[{t}].aggregator' value {agg} is not a DC index "
+                            f"0..{instance.S - 1}")
+    return RoundDecision(**kw, aggregator=int(agg))
+
+
 class InstanceMismatch(InputError):
     """A solution's recorded instance fingerprint is not the given instance's."""
 
 
 @dataclass
 class Solution:
-    """A full orchestration plus how it was obtained."""
+    """A full orchestration (one `RoundDecision` per round, docs/formulation.md '2. Variables')
+    plus how it was obtained: the method, its status, wall time, objective and its terms, and
+    the proven bound and gap where the method has one. Its file format is on the File formats
+    page.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> from cefl_opt import Solution, make_instance, solve
+        >>> sol = solve(make_instance("tiny", seed=0), "fixed", aggregator=1).solution
+        >>> [r.aggregator for r in sol.rounds]
+        [1, 1]
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "sol.json"
+        >>> sol.save(path)
+        >>> Solution.load(path).objective == sol.objective
+        True
+    """
 
     rounds: list[RoundDecision]
     method: str = "manual"
@@ -73,6 +125,7 @@ class Solution:
     gap: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
     instance_sha256: str | None = None   # `Instance.fingerprint` of its instance; None: unknown
+    weights: dict[str, float] | None = None   # xi1, xi2, xi3 it was scored with; None: unknown
 
     def to_dict(self) -> dict[str, Any]:
         d = {"format": FORMAT_TAG, "method": self.method, "status": self.status,
@@ -81,6 +134,8 @@ class Solution:
              "rounds": [r.to_dict() for r in self.rounds]}
         if self.instance_sha256 is not None:
             d["instance_sha256"] = self.instance_sha256
+        if self.weights is not None:
+            d["weights"] = dict(self.weights)
         return d
 
     def save(self, path: str | Path) -> None:
@@ -90,6 +145,32 @@ class Solution:
             raise InputError(f"solution for '{path}' has a non-finite objective "
                              f"{self.objective}; not written")
         write_json_atomic(path, self.to_dict())
+
+    def check_shapes(self, inst: Instance) -> "Solution":
+        """Self when every round fits `inst`: T rounds, each field of the shape the instance's
+        dimensions give, finite, the BS indices in 0..B-1 and the aggregator in 0..S-1 (the
+        checks a solution file gets on loading); else InstanceError (a ValueError) naming the
+        field. A round that is not a RoundDecision, or a field that is not numeric, is a
+        TypeError naming it."""
+        if not isinstance(self.rounds, (list, tuple)):
+            raise TypeError(f"field 'rounds' must be a list of RoundDecision, got "
+                            f"{type(self.rounds).__name__}")
+        if len(self.rounds) != inst.T:
+            raise InstanceError(f"field 'rounds' has {len(self.rounds)} rounds, the instance "
+                                f"has {inst.T}")
+        for t, r in enumerate(self.rounds):
+            if not isinstance(r, RoundDecision):
+                raise TypeError(f"field 'rounds[{t}]' must be a RoundDecision, got "
+                                f"{type(r).__name__}")
+            arrays = {}
+            for k in ROUND_FIELDS:
+                try:
+                    arrays[k] = np.asarray(getattr(r, k), dtype=float)
+                except (TypeError, ValueError):
+                    raise TypeError(f"field 'rounds[{t}].{k}' must be numeric, got "
+                                    f"{getattr(r, k)!r:.60}") from None
+            _checked_round(t, arrays, r.aggregator, inst)
+        return self
 
     def for_instance(self, inst: Instance) -> "Solution":
         """Record `inst`'s fingerprint (the solution was computed for it); returns self."""
@@ -121,14 +202,13 @@ class Solution:
         if data.get("format") != FORMAT_TAG:
             raise InstanceError(f"field 'format' is {data.get('format')!r}, expected {FORMAT_TAG!r}")
         known = {"format", "method", "status", "wall_s", "objective", "terms", "bound", "gap",
-                 "info", "rounds", "instance_sha256"}
+                 "info", "rounds", "instance_sha256", "weights"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InstanceError(f"unknown key {unknown[0]!r} in solution")
         rounds_raw = data.get("rounds")
         if not isinstance(rounds_raw, list):
             raise InstanceError("field 'rounds' must be a list")
-        dims = instance.dims() if instance is not None else None
         if instance is not None and len(rounds_raw) != instance.T:
             raise InstanceError(f"field 'rounds' has {len(rounds_raw)} rounds, the instance has "
                                 f"{instance.T}")
@@ -140,37 +220,11 @@ class Solution:
             if extra:
                 raise InstanceError(f"unknown key {extra[0]!r} in rounds[{t}]")
             kw: dict[str, Any] = {}
-            for k, (shape, dtype) in ROUND_FIELDS.items():
+            for k in ROUND_FIELDS:
                 if k not in r:
                     raise InstanceError(f"field 'rounds[{t}].{k}' is missing")
-                arr = numeric_array(r[k], f"rounds[{t}].{k}")
-                if not np.all(np.isfinite(arr)):
-                    bad = np.argwhere(~np.isfinite(arr))[0].tolist()
-                    raise InstanceError(f"field 'rounds[{t}].{k}' has a non-finite value "
-                                        f"{arr[tuple(bad)]} at {bad}")
-                if dims is not None:
-                    want = tuple(dims[ch] for ch in shape)
-                    if arr.shape != want:
-                        raise InstanceError(f"field 'rounds[{t}].{k}' has shape {list(arr.shape)}, "
-                                            f"expected {list(want)}")
-                if dtype is int:
-                    if np.any(arr != np.round(arr)):
-                        raise InstanceError(f"field 'rounds[{t}].{k}' must hold integers")
-                    hi = instance.B if instance is not None else None
-                    if hi is not None and (np.any(arr < 0) or np.any(arr >= hi)):
-                        raise InstanceError(f"field 'rounds[{t}].{k}' has a BS index outside "
-                                            f"0..{hi - 1}: {arr.tolist()}")
-                    if np.any(np.abs(arr) > 2 ** 31):
-                        raise InstanceError(f"field 'rounds[{t}].{k}' has an index out of range")
-                    arr = arr.astype(int)
-                kw[k] = arr
-            agg = r.get("aggregator")
-            if isinstance(agg, bool) or not isinstance(agg, int):
-                raise InstanceError(f"field 'rounds[{t}].aggregator' must be an integer, got {agg!r}")
-            if instance is not None and not 0 <= agg < instance.S:
-                raise InstanceError(f"field 'rounds[{t}].aggregator' value {agg} is not a DC "
-                                    f"index 0..{instance.S - 1}")
-            rounds.append(RoundDecision(**kw, aggregator=agg))
+                kw[k] = numeric_array(r[k], f"rounds[{t}].{k}")
+            rounds.append(_checked_round(t, kw, r.get("aggregator"), instance))
         for k in ("wall_s", "objective", "bound", "gap"):
             v = data.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
@@ -183,12 +237,32 @@ class Solution:
         if fp is not None and (not isinstance(fp, str)
                                or not re.fullmatch(r"[0-9a-f]{64}", fp)):
             raise InstanceError(f"field 'instance_sha256' must be 64 hex digits, got {fp!r}")
+        weights = data.get("weights")
+        if weights is not None:
+            from .system import weights_problem      # (system imports this module)
+            why = weights_problem(weights)
+            if why:
+                raise InstanceError(f"field 'weights' {why}")
+            weights = {k: float(v) for k, v in weights.items()}
         terms = data.get("terms") or {}
-        return cls(instance_sha256=fp, rounds=rounds, method=str(data.get("method", "unknown")),
+        return cls(instance_sha256=fp, weights=weights, rounds=rounds, method=str(data.get("method", "unknown")),
                    status=str(data.get("status", "unknown")), wall_s=float(data.get("wall_s") or 0.0),
                    objective=data.get("objective"), terms=dict(terms), bound=data.get("bound"),
                    gap=data.get("gap"), info=dict(data.get("info") or {}))
 
     @classmethod
     def load(cls, path: str | Path, instance: Instance | None = None) -> "Solution":
+        """Read a solution file.
+
+        Args:
+            path: the JSON file.
+            instance: when given, the solution's shapes are checked against it, and a recorded
+                instance fingerprint that is not `instance.fingerprint()` is refused.
+
+        Returns:
+            The solution.
+
+        Raises:
+            InputError: the file is missing, malformed, or not for `instance`.
+        """
         return cls.from_dict(read_json(path, what="solution"), instance)

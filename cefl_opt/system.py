@@ -9,8 +9,10 @@ exactly here (no epigraph variables).
 from __future__ import annotations
 
 import math
+import numbers
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -277,20 +279,62 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
     return parts
 
 
+# ---- weights ---------------------------------------------------------------------------
+WEIGHT_KEYS = ("xi1", "xi2", "xi3")
+
+
+def weights_problem(weights: Any) -> str | None:
+    """Why `weights` cannot override the objective's weights (a mapping of some of xi1, xi2,
+    xi3 to finite numbers >= 0), or None."""
+    if not isinstance(weights, Mapping):
+        return f"must be a mapping of {', '.join(WEIGHT_KEYS)}, got {type(weights).__name__}"
+    bad = sorted(set(map(str, weights)) - set(WEIGHT_KEYS))
+    if bad:
+        return f"has unknown key {bad[0]!r} (expected {', '.join(WEIGHT_KEYS)})"
+    for k, x in weights.items():
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) \
+                or x < 0:
+            return f"entry {k!r} must be a finite number >= 0, got {x!r}"
+    return None
+
+
+def objective_weights(inst: Instance, weights: Mapping[str, float] | None = None
+                      ) -> dict[str, float]:
+    """xi1, xi2, xi3 of the objective (eqn: optimization objective text): the instance's,
+    each overridden by `weights` where it names it; ValueError naming a bad key."""
+    if weights is not None:
+        why = weights_problem(weights)
+        if why:
+            raise ValueError(f"argument 'weights' {why}")
+    return {"xi1": float(inst.xi1), "xi2": float(inst.xi2), "xi3": float(inst.xi3),
+            **{k: float(v) for k, v in (weights or {}).items()}}
+
+
 # ---- whole evaluation ------------------------------------------------------------------
 @dataclass
 class Evaluation:
+    """What `evaluate` returns.
+
+    Attributes:
+        objective: P's objective, xi1 ml_bound + xi2 delay + xi3 energy.
+        terms: {"ml_bound", "delay", "energy"}: the three unweighted parts.
+        ml_parts: the ML bound's parts (eq:convSpecial or eq:GenConvBound).
+        rounds: per round, its delays, energies, data volumes and aggregator.
+        violations: (constraint, amount) of each violated constraint.
+        ml_info: the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the
+            corollary form, both sides of the step-size condition (step_lhs <= step_rhs).
+    """
+
     objective: float
     terms: dict[str, float]
     ml_parts: dict[str, float]
     rounds: list[dict[str, Any]]
     violations: list[tuple[str, float]] = field(default_factory=list)
-    # the bound's state: gbar (data-weighted), vartheta, g_max, m_min and, for the corollary
-    # form, both sides of the step-size condition (step_lhs <= step_rhs)
     ml_info: dict[str, float] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
+        """True when no constraint of P is violated."""
         return not self.violations
 
     def per_round_table(self):
@@ -302,12 +346,44 @@ class Evaluation:
 
 def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
              weights: dict[str, float] | None = None, validate: bool = True) -> Evaluation:
-    """Objective of P (eqn: optimization objective text) and every constraint, for `sol`.
-    validate=False: the caller has validated `inst` (many evaluations of one instance)."""
-    inst = validated(inst) if validate else inst
-    if len(sol.rounds) != inst.T:
-        raise ValueError(f"solution has {len(sol.rounds)} rounds, instance has {inst.T}")
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3, **(weights or {})}
+    """The objective of P (eqn: optimization objective text) and every constraint, for `sol`:
+    the numpy twin of the Pyomo model.
+
+    Args:
+        inst: the instance.
+        sol: a solution with one decision per round of `inst`.
+        bound: the ML term's form, `"corollary"` (eq:convSpecial) or `"general"`
+            (eq:GenConvBound).
+        weights: overrides of the objective weights `xi1`, `xi2`, `xi3` (the instance's by
+            default; `objective_weights`).
+        validate: False when the caller has validated `inst` and `sol` (many evaluations of
+            one instance).
+
+    Returns:
+        An `Evaluation`: the objective, its three terms, per-round delays and energies, and
+        the violated constraints (`feasible` is True when there are none).
+
+    Raises:
+        TypeError: `sol` is not a Solution.
+        ValueError: `sol` does not fit `inst` (`Solution.check_shapes`; the message names the
+            field), or `weights` has an unknown key or a negative value.
+        InstanceError: `inst` is invalid.
+
+    Examples:
+        >>> from cefl_opt import evaluate, make_instance, solve
+        >>> inst = make_instance("tiny", seed=0)
+        >>> ev = evaluate(inst, solve(inst, "fixed", aggregator=0).solution)
+        >>> ev.feasible, sorted(ev.terms)
+        (True, ['delay', 'energy', 'ml_bound'])
+    """
+    _require_solution(sol)
+    if validate:
+        inst = validated(inst)
+        sol.check_shapes(inst)
+    elif len(sol.rounds) != inst.T:
+        raise ValueError(f"field 'rounds' has {len(sol.rounds)} rounds, the instance has "
+                         f"{inst.T}")
+    w = objective_weights(inst, weights)
     rounds, gam, ms, taus, Di = [], [], [], [], []
     for t, r in enumerate(sol.rounds):
         rt = round_terms(inst, t, r)
@@ -332,12 +408,25 @@ def evaluate(inst: Instance, sol: Solution, *, bound: str = "corollary",
                       ml_info=info)
 
 
+def _require_solution(sol: Any) -> None:
+    """TypeError naming the argument `sol` unless it is a Solution (a path is not one:
+    `Solution.load` reads a file)."""
+    if not isinstance(sol, Solution):
+        hint = " (load a file with Solution.load)" if isinstance(sol, (str, os.PathLike)) else ""
+        raise TypeError(f"argument 'sol' must be a cefl_opt.solution.Solution, got "
+                        f"{type(sol).__name__}{hint}")
+
+
 def constraint_violations(inst: Instance, sol: Solution, *, bound: str = "corollary",
                           tol: float = FEAS_TOL, validate: bool = True
                           ) -> list[tuple[str, float]]:
     """Violations of P's explicit constraints larger than `tol` (relative to each bound's scale).
-    Delay epigraph constraints hold by construction (the maxima are evaluated exactly)."""
-    inst = validated(inst) if validate else inst
+    Delay epigraph constraints hold by construction (the maxima are evaluated exactly).
+    validate: check `inst` and `sol` as `evaluate` does."""
+    if validate:
+        _require_solution(sol)
+        inst = validated(inst)
+        sol.check_shapes(inst)
     out: list[tuple[str, float]] = []
     gcap = gamma_cap(inst) if bound == "general" else inst.gamma_max
 

@@ -538,30 +538,46 @@ def build_problem(inst: Instance, *, binaries: str = "relaxed", bound: str = "co
                   rows: Iterable[str] | None = None, defer: bool = False) -> pyo.ConcreteModel:
     """Problem P for `inst` as a block-structured Pyomo ConcreteModel (see module docstring).
 
-    binaries: "relaxed" (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
-    con1add-con11add), "binary" (I binary, for SCIP), or "fixed" (I fixed to `fixed`'s
-    aggregator and associations, a continuous NLP for Ipopt).
-    bound: "corollary" (eq:convSpecial, tau term kept) or "general" (eq:GenConvBound).
-    weights: overrides of xi1, xi2, xi3 (the instance's by default).
-    copies: True (each node holds its own copies, tied by `m.consensus`; docs/formulation.md
-    "7. Decomposition into node blocks"); False makes every copy a Pyomo Reference to the
-    owner's variable (same equations, no consensus block, no duplicated simplices): the compact
-    form for the centralised solvers.
-    delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs), e.g.
-    J(feasible point)/xi2 since every part of the objective is >= 0; global solvers need it.
-    rows: the names of the nodes ('ue0', 'bs3', 'dc1', as `node_blocks`) whose terms and
-    coupling rows are built (default: every node), for a process that holds only those
-    nodes (an MPI rank of the decentralised solver). Every node still gets its own variables
-    and its convex set (the shared variables, the projection groups and the codec need
-    them), and dc0's terms (the ML term reads its data volumes), with the general bound every
-    DPU's (it reads their data volumes); only the held nodes get copies (Vars): another
-    node's copies index its owners' variables (nothing stored), so the model holds no other
-    process's copies, and `m.consensus` is empty (`tie_pairs` gives the held copies' owners);
-    the shared terms (`m.ml_term`, `m.delay_term`) are built, but `m.energy_term` and `m.obj`
-    are not: each held node's share is its `blk.cost` (block form only).
-    defer (with `rows`): the held nodes' terms, coupling rows and cost (dc0's excepted) are
-    built later, one node at a time, by `build_node_rows` (a process that builds a node's NLP
-    and then drops its rows, `drop_node_terms`, holds one node's Pyomo rows at a time).
+    Args:
+        inst: the instance (validated here).
+        binaries: `"relaxed"` (I in [0,1] with the forcing constraints sum I(1-I) <= 0, paper
+            con1add-con11add), `"binary"` (I binary, for SCIP), or `"fixed"` (I fixed to
+            `fixed`'s aggregator and associations, a continuous NLP for Ipopt).
+        bound: `"corollary"` (eq:convSpecial, tau term kept) or `"general"`
+            (eq:GenConvBound).
+        weights: overrides of xi1, xi2, xi3 (the instance's by default).
+        fixed: the rounds (or a solution) whose binaries `binaries="fixed"` fixes.
+        copies: True: each node holds its own copies, tied by `m.consensus`
+            (docs/formulation.md, "7. Decomposition into node blocks"); False: every copy is a
+            Pyomo Reference to the owner's variable (same equations, no consensus block, no
+            duplicated simplices), the compact form for the centralised solvers.
+        delay_cap: a valid upper bound on every delay variable (dA, dR and their epigraphs),
+            e.g. J(feasible point)/xi2 since every part of the objective is >= 0; global
+            solvers need it.
+        rows: the names of the nodes (`'ue0'`, `'bs3'`, `'dc1'`, as `node_blocks`) whose terms
+            and coupling rows are built (default: every node), for a process that holds only
+            those nodes (an MPI rank of the decentralised solver). Every node still gets its
+            own variables and convex set, and dc0's terms (the ML term reads its data volumes),
+            with the general bound every DPU's; only the held nodes get copies, `m.consensus`
+            is empty, and `m.energy_term` and `m.obj` are not built: each held node's share is
+            its `blk.cost` (block form only).
+        defer: with `rows`, the held nodes' terms, coupling rows and cost (dc0's excepted) are
+            built later, one node at a time, by `build_node_rows`.
+
+    Returns:
+        The model `m`: blocks `m.ue[n]`, `m.bs[b]`, `m.dc[s]` holding variables, convex sets
+        and coupling rows, `m.consensus`, the objective `m.obj` (eqn: optimization objective
+        text).
+
+    Raises:
+        InstanceError: `inst` is invalid.
+        ValueError: an unknown `binaries` or `bound`, bad weights, or `"fixed"` without `fixed`.
+
+    Examples:
+        >>> from cefl_opt import build_problem, make_instance
+        >>> m = build_problem(make_instance("tiny", seed=0))
+        >>> len(m.ue), len(m.bs), len(m.dc)
+        (2, 1, 2)
     """
     inst = validated(inst)
     held = _held_nodes(inst, rows, copies)

@@ -55,13 +55,26 @@ class DecentralizedAccounting:
 
 @dataclass
 class Results:
-    """What a method returns: status, objective (evaluated by `cefl_opt.system`), proven bound
-    and gap where the method proves one, wall time, iterations and the solution itself.
+    """What `solve` returns.
 
-    Typed details that code reads: `reasons` (why the instance is infeasible), `message` (why
-    a method found no solution, where it says), `rank` (the MPI process; only process 0 holds
-    the solution) and `accounting` (the decentralised methods'). `info` is the method's full
-    record, kept in the solution file for people to read; no code depends on its keys."""
+    Attributes:
+        method: the method's name.
+        termination_condition: why the method stopped (`status` is its value, e.g.
+            `"locally_optimal"`, `"stalled"`, `"provenInfeasible"`).
+        solution_status: whether a feasible solution was found.
+        solution: the orchestration, or None.
+        objective: P's objective of `solution`, evaluated by `cefl_opt.system.evaluate`.
+        bound: a proven lower bound on P's optimum, where the method proves one.
+        gap: (objective - bound) / objective, where there is a bound.
+        wall_s: wall-clock seconds of the solve.
+        iterations: the method's iteration count, where it has one.
+        reasons: why the instance is infeasible (status `provenInfeasible`).
+        message: why the method found no solution, where it says.
+        rank: the MPI process; only process 0 holds the solution.
+        accounting: the decentralised methods' message and iteration counts.
+        info: the method's full record, kept in the solution file for people to read; no code
+            depends on its keys.
+    """
 
     method: str
     termination_condition: TerminationCondition
@@ -154,7 +167,16 @@ def method_spec(name: str) -> MethodSpec:
 
 
 def methods() -> dict[str, str]:
-    """{name: description} of every registered method (imports no solver module)."""
+    """The registered solve methods (imports no solver module).
+
+    Returns:
+        {name: one-line description} of every method `solve` accepts, sorted by name.
+
+    Examples:
+        >>> from cefl_opt import methods
+        >>> "decentralized" in methods() and "ipopt-enum" in methods()
+        True
+    """
     _load_plugins()
     return {k: v.doc for k, v in sorted(_REGISTRY.items())}
 
@@ -191,15 +213,37 @@ def options_from_namespace(args, method: str | None = None):
 
 def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = False,
           **kw: Any) -> Results:
-    """Run a named method (see `methods()`) on `inst`. Options are given as keywords, as an
-    options object of the method's class (`spec.options_class()`), or both (keywords override
-    the object's fields). Unknown keys, values of the wrong type or range, and an options
-    object of another method raise `solvers.options.OptionError` naming the option.
+    """Solve Problem P (docs/formulation.md) for `inst` with a named method.
 
-    isolate: run the method in a child process (`solvers.isolation`), so that a crash of a
-    native solver (SCIP, Ipopt, the AMPL Solver Library) raises `isolation.NativeCrash`, a
-    `SolverError`, instead of killing this process. Not with the MPI backend (its processes
-    are the MPI ranks)."""
+    The objective of the answer is evaluated by `cefl_opt.system.evaluate` (eqn: optimization
+    objective text). An instance whose capacities admit no feasible point returns at once with
+    status `provenInfeasible` and the reasons.
+
+    Args:
+        inst: the instance (validated here).
+        method: a name of `methods()`, e.g. `"ipopt-enum"` or `"decentralized"`.
+        options: an options object of the method's class (docs: Method options), or None for
+            the defaults.
+        isolate: run the method in a child process, so that a crash of a native solver (SCIP,
+            Ipopt, the AMPL Solver Library) raises `SolverError` instead of killing this
+            process. Not with the MPI backend (its processes are the MPI ranks).
+        **kw: option values by name; they override `options`' fields.
+
+    Returns:
+        The method's `Results`: status, solution, objective, bound and gap where proven.
+
+    Raises:
+        ValueError: an unknown method.
+        OptionError: an unknown option, a value of the wrong type or range, or an options
+            object of another method; the message names the option.
+        SolverError: the native solver failed or crashed.
+
+    Examples:
+        >>> from cefl_opt import make_instance, solve
+        >>> res = solve(make_instance("tiny", seed=0), "fixed", aggregator=0)
+        >>> res.status, round(res.objective, 3)
+        ('locally_optimal', 2.287)
+    """
     from .options import OptionError, build_options
     inst = validated(inst)
     spec = method_spec(method)
@@ -231,4 +275,6 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         res.solution.wall_s = res.wall_s
         res.solution.bound, res.solution.gap = res.bound, res.gap
         res.solution.for_instance(inst)
+        from cefl_opt.system import objective_weights
+        res.solution.weights = objective_weights(inst, getattr(opts, "weights", None))
     return res

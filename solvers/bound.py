@@ -389,7 +389,7 @@ def _incumbent(inst: Instance, weights: dict[str, float] | None, seconds: float)
 
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_send_result, args=(send, inst, weights), daemon=True)
+    child = ctx.Process(target=_send_result, args=(send, inst), daemon=True)
     child.start()
     send.close()
     try:
@@ -403,17 +403,21 @@ def _incumbent(inst: Instance, weights: dict[str, float] | None, seconds: float)
     if r is None or r.solution is None:
         return None, None
     ev = system.evaluate(inst, r.solution, weights=weights)
-    return (r.solution, float(ev.objective)) if ev.feasible else (None, None)
+    if not ev.feasible:
+        return None, None
+    r.solution.objective, r.solution.terms = ev.objective, ev.terms
+    return r.solution, float(ev.objective)
 
 
-def _send_result(conn, inst: Instance, weights) -> None:
+def _send_result(conn, inst: Instance) -> None:
     """The child of `_incumbent`: `decentralized`'s Results (None if it raised) on `conn`; it
-    dies with its parent."""
+    dies with its parent. `decentralized` optimises the instance's weights; `_incumbent` scores
+    its point under the bound's, so that the bound and the incumbent compare one objective."""
     from .base import solve
     from .isolation import _die_with_parent
     _die_with_parent()
     try:
-        conn.send(solve(inst, "decentralized", weights=weights))
+        conn.send(solve(inst, "decentralized"))
     except Exception:  # noqa: BLE001 - no incumbent; the bound runs without it
         conn.send(None)
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sys
 import time
+import types
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,6 +32,7 @@ from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fi
 from cefl_opt.solution import RoundDecision, Solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
+from .native_check import ipopt_values
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
 
@@ -87,7 +90,7 @@ class FixedNLP:
                  ipopt_options: dict[str, Any] | None = None, time_limit: float | None = None):
         self.inst, self.bound, self.weights = inst, bound, weights
         self.solver = _require_cyipopt()
-        self.options = {**IPOPT_DEFAULTS, **(ipopt_options or {}), **IPOPT_QUIET}
+        self.options = {**IPOPT_DEFAULTS, **ipopt_values(ipopt_options), **IPOPT_QUIET}
         if time_limit is not None:
             self.options["max_cpu_time"] = float(time_limit)
         ref = system.reference_solution(inst)
@@ -200,19 +203,21 @@ def _finish(method: str, inst: Instance, sol: Solution | None, status: Terminati
 
 # ---------------------------------------------------------------------- ipopt-enum
 class _Search:
-    """ipopt-enum's state: the wall-clock deadline (`time_limit`, the whole search) and the best
-    feasible point ever evaluated (best kept: the answer is never worse than any seed)."""
+    """ipopt-enum's state in one process: the wall-clock deadline (a `time.monotonic` instant,
+    one clock for every process of the machine; None: no limit) and the best feasible point
+    evaluated (best kept: the answer is never worse than any seed). With `record`, `kept` lists
+    every point that improved the best, in order, for the caller to replay (`_Runner.absorb`)."""
 
-    def __init__(self, nlp: FixedNLP, time_limit: float | None):
+    def __init__(self, nlp: FixedNLP | None, deadline: float | None, *, record: bool = False):
         self.nlp = nlp
-        self.t0 = time.perf_counter()
-        self.deadline = None if time_limit is None else self.t0 + float(time_limit)
+        self.deadline = deadline
         self.best: tuple[float, Solution | None, TerminationCondition] = (
             math.inf, None, TerminationCondition.error)
         self.timed_out = False
+        self.kept: list | None = [] if record else None
 
     def expired(self) -> bool:
-        if self.deadline is not None and time.perf_counter() >= self.deadline:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
             self.timed_out = True
         return self.timed_out
 
@@ -223,7 +228,7 @@ class _Search:
         runs no faster than wall time, so on a loaded machine a solve may end a little late)."""
         check_interrupt()
         if self.deadline is not None:
-            left = max(self.deadline - time.perf_counter(), 1e-3)
+            left = max(self.deadline - time.monotonic(), 1e-3)
             self.nlp.options["max_cpu_time"] = left
         sol, st, obj = self.nlp.solve(decisions, warm=warm)
         self.keep(sol, obj, st)
@@ -232,6 +237,8 @@ class _Search:
     def keep(self, sol: Solution | None, obj: float | None, st: TerminationCondition) -> None:
         if sol is not None and obj < self.best[0]:
             self.best = (obj, sol, st)
+            if self.kept is not None:
+                self.kept.append(self.best)
 
 
 def _polish(search: _Search, sol: Solution, obj: float, st: TerminationCondition,
@@ -262,110 +269,307 @@ def _polish(search: _Search, sol: Solution, obj: float, st: TerminationCondition
     return sol, obj, st
 
 
-def _seeds(inst: Instance, opts: IpoptEnumOptions, search: _Search
-           ) -> list[tuple[str, list[RoundDecision], Solution | None]]:
-    """ipopt-enum's seeds (label, decisions, warm start): every constant aggregator schedule
-    [s] * T (the `fixed` baselines), both greedy rules, `starts - 1` random schedules and, with
-    `seed_decentralized`, the binaries of `decentralized` and `decentralized-polish` (§V's
-    rounding, then their association moves or central repair), warm-started from their points
-    (each only while `search` has time left)."""
+# ---- the units of work: each depends on its arguments only, so any process may run it
+def _seed_task(search: _Search, opts: IpoptEnumOptions, label: str, aggs: list[int] | None,
+               method: str | None) -> tuple[dict | None, tuple | None]:
+    """One seed: the decisions of `aggs` (`decisions_for`), or the binaries of `method`'s run
+    (decentralized or decentralized-polish, its own point kept and used as the warm start),
+    solved by Ipopt and polished. Returns (trial, (objective, label, point, status) or None);
+    trial None when the method found no point, or out of time before a seed of its own."""
+    inst, warm = search.nlp.inst, None
+    trial: dict[str, Any] = {"seed": label, "objective": None}
+    if method is not None:
+        warm = _decentralized_seed(inst, method, opts.bound, search.deadline)
+        if warm is None:
+            return None, None
+        ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
+        trial["own_objective"] = ev.objective if ev.feasible else None
+        if ev.feasible:
+            search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
+                        TerminationCondition.locallyOptimal)
+    dec = [r.copy() for r in warm.rounds] if warm is not None else decisions_for(inst, aggs)
+    if search.expired():
+        return (trial if warm is not None else None), None
+    sol, st, obj = search.solve(dec, warm=warm)
+    point = None
+    if sol is not None:
+        sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
+        point = (obj, label, sol, st)
+    trial["objective"] = obj
+    return trial, point
+
+
+def _move_task(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float, t: int,
+               s: int) -> tuple[Solution | None, float | None, TerminationCondition | None]:
+    """Round t's aggregator moved to s, the other decisions kept, solved by Ipopt from `sol`;
+    repaired and re-polished (`_polish`, round t) when it comes within `screen` of `obj`.
+    (None, None, None) when screened out or out of time."""
+    inst = search.nlp.inst
+    if search.expired():
+        return None, None, None
+    dec = [r.copy() for r in sol.rounds]
+    dec[t].aggregator = s
+    if not opts.assoc_repair:
+        dec[t].uplink_bs, dec[t].downlink_bs = association_rule(inst, t, s)
+    new, st2, obj2 = search.solve(dec, warm=sol)
+    if new is None or obj2 > obj * (1 + opts.screen):
+        return None, None, None
+    return _polish(search, new, obj2, st2, opts.assoc_repair, rounds=(t,))
+
+
+def _polish_task(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float,
+                 st: TerminationCondition, repair: bool):
+    return _polish(search, sol, obj, st, repair)
+
+
+DEC_SEED_SHARE = 0.3     # of ipopt-enum's time left, the most a decentralised seed may take
+
+
+def _decentralized_seed(inst: Instance, method: str, bound: str,
+                        deadline: float | None) -> Solution | None:
+    """`method`'s point (decentralized or decentralized-polish), which has no time limit of its
+    own: with a `deadline` (a `time.monotonic` instant) it runs in a forked child stopped after
+    `DEC_SEED_SHARE` of the time left, so that the Ipopt seeds keep the rest; a stopped run
+    gives no point (None)."""
+    from .decentralized import solve_decentralized
+    if deadline is None:
+        return solve_decentralized(inst, method=method, bound=bound)[0]
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_send_decentralized, args=(send, inst, method, bound))
+    child.start()
+    send.close()
+    try:
+        left = max(deadline - time.monotonic(), 0.0)
+        return recv.recv() if recv.poll(DEC_SEED_SHARE * left) else None
+    except EOFError:                                  # the child died without an answer
+        return None
+    finally:
+        child.kill()
+        child.join()
+        recv.close()
+
+
+def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:
+    """The child of `_decentralized_seed`: the point on `conn`; it dies with its parent."""
+    from .decentralized import solve_decentralized
+    from .isolation import _die_with_parent
+    _die_with_parent()
+    conn.send(solve_decentralized(inst, method=method, bound=bound)[0])
+
+
+_TASKS = {"seed": _seed_task, "move": _move_task, "polish": _polish_task}
+_COUNTS = ("n_solves", "retries", "association_moves", "iterations")
+_WORKER: dict[str, Any] = {}     # a pool process's own FixedNLP and options
+
+
+def _task(nlp: FixedNLP, opts: IpoptEnumOptions, deadline: float | None, kind: str,
+          args: tuple) -> tuple[Any, list, dict[str, int], bool]:
+    """Run one unit of work on `nlp`: (its value, the points that improved its own best, in
+    order, its counts of solves, retries, association moves and iterations, out of time)."""
+    before = [getattr(nlp, k) for k in _COUNTS]
+    search = _Search(nlp, deadline, record=True)
+    value = _TASKS[kind](search, opts, *args)
+    counts = {k: getattr(nlp, k) - b for k, b in zip(_COUNTS, before)}
+    return value, search.kept, counts, search.timed_out
+
+
+def _worker_init(inst: Instance, opts: IpoptEnumOptions) -> None:
+    import dataclasses
+    import signal
+    from . import isolation
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent acts on Ctrl-C
+    isolation._die_with_parent()
+    isolation._PROGRESS_FD = None                    # the isolated parent's pipe is not ours
+    _WORKER["opts"] = opts
+    _WORKER["nlp"] = _nlp(inst, dataclasses.replace(opts, progress=False), per_solve_limit=False)
+
+
+def _pool_task(deadline: float | None, kind: str, args: tuple):
+    return _task(_WORKER["nlp"], _WORKER["opts"], deadline, kind, args)
+
+
+class _Runner:
+    """Runs ipopt-enum's units of work (`_TASKS`) one at a time in this process (`workers` 1)
+    or on a pool of `workers` processes (`concurrent.futures`, each process with its own
+    FixedNLP). Results come back in the order the tasks were given and the caller takes them in
+    that order, stopping where the serial search would stop (an accepted move, the deadline);
+    a unit depends only on its arguments, so every number of workers gives the same answer,
+    bit for bit. Results past the stop are dropped unused (their solves are not counted)."""
+
+    def __init__(self, inst: Instance, opts: IpoptEnumOptions, workers: int):
+        self.inst, self.opts, self.workers = inst, opts, workers
+        t0 = time.monotonic()
+        self.search = _Search(None, None if opts.time_limit is None else t0 + opts.time_limit)
+        self.t0 = t0
+        self.counts = dict.fromkeys(_COUNTS, 0)
+        self.bar = None
+        if opts.progress:   # display only: a bar of the Ipopt solves on stderr
+            from tqdm import tqdm
+            self.bar = tqdm(desc="ipopt-enum", unit=" Ipopt solves", file=sys.stderr)
+        self.pool = None
+        if workers == 1:
+            import dataclasses
+            self.nlp = _nlp(inst, dataclasses.replace(opts, progress=False),
+                            per_solve_limit=False)
+        else:
+            _require_cyipopt()
+            import concurrent.futures
+            import multiprocessing
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("fork"),
+                initializer=_worker_init, initargs=(inst, opts))
+
+    def results(self, tasks: Sequence[tuple[str, tuple]]):
+        """The outcomes of `tasks`, in order (a generator: closing it cancels the rest)."""
+        if self.pool is None:
+            for kind, args in tasks:
+                yield _task(self.nlp, self.opts, self.search.deadline, kind, args)
+            return
+        futures = [self.pool.submit(_pool_task, self.search.deadline, kind, args)
+                   for kind, args in tasks]
+        try:
+            for f in futures:
+                while not f.done():
+                    check_interrupt()
+                    _futures_wait(f)
+                yield f.result()
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def absorb(self, outcome) -> Any:
+        """Take one outcome: its kept points replayed in order, its counts added; its value."""
+        value, kept, counts, timed_out = outcome
+        for obj, sol, st in kept:
+            self.search.keep(sol, obj, st)
+        for k, v in counts.items():
+            self.counts[k] += v
+        if self.bar is not None:
+            self.bar.update(counts["n_solves"])
+        self.search.timed_out = self.search.timed_out or timed_out
+        return value
+
+    def close(self, failed: bool) -> None:
+        if self.pool is not None:
+            if failed:     # an interrupt or error: the workers' solves are not waited for
+                for p in list(getattr(self.pool, "_processes", {}).values()):
+                    p.kill()
+            self.pool.shutdown(wait=not failed, cancel_futures=True)
+
+
+def _futures_wait(f) -> None:
+    import concurrent.futures
+    concurrent.futures.wait([f], timeout=0.5)
+
+
+def _seed_list(inst: Instance, opts: IpoptEnumOptions) -> list[tuple[str, tuple]]:
+    """ipopt-enum's seeds as tasks: with `seed_decentralized`, the binaries of `decentralized`
+    and `decentralized-polish` (§V's rounding, then their association moves or central repair,
+    warm-started from their points); every constant aggregator schedule [s] * T (the `fixed`
+    baselines), both greedy rules and `starts - 1` random schedules."""
     rng = np.random.default_rng(opts.seed)
     cands = [(f"fixed-{s}", [s] * inst.T) for s in range(inst.S)]
     cands += [("greedy-data", greedy_data_aggregators(inst)),
               ("greedy-rate", greedy_rate_aggregators(inst))]
     cands += [(f"random-{k}", [int(x) for x in rng.integers(inst.S, size=inst.T)])
               for k in range(1, opts.starts)]
-    seeds = [(label, decisions_for(inst, aggs), None) for label, aggs in cands]
+    tasks = [("seed", (label, aggs, None)) for label, aggs in cands]
     if opts.seed_decentralized:
-        from .decentralized import solve_decentralized
-        for k, method in enumerate(("decentralized", "decentralized-polish")):
-            if search.expired():
-                break
-            dec, _info = solve_decentralized(inst, method=method, bound=opts.bound)
-            if dec is not None:
-                seeds.insert(k, (method, [r.copy() for r in dec.rounds], dec))
-    return seeds
+        tasks = [("seed", (m, None, m)) for m in ("decentralized", "decentralized-polish")] + tasks
+    return tasks
 
 
-def _sweeps(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float,
+def _solve_seeds(runner: _Runner, opts: IpoptEnumOptions
+                 ) -> tuple[list[tuple[float, str, Solution, TerminationCondition]], list[dict]]:
+    """Each seed of `_seed_list` (its own point kept first, even out of time) solved by Ipopt
+    with its binaries fixed and polished; returns the polished points, best first, and the
+    trials. Stops at the first seed that ends out of time."""
+    polished, trials = [], []
+    outcomes = runner.results(_seed_list(runner.inst, opts))
+    for out in outcomes:
+        trial, point = runner.absorb(out)
+        trials += [trial] if trial is not None else []
+        polished += [point] if point is not None else []
+        if runner.search.expired():
+            break
+    outcomes.close()
+    return sorted(polished, key=lambda x: x[0]), trials
+
+
+def _sweeps(runner: _Runner, opts: IpoptEnumOptions, sol: Solution, obj: float,
             st: TerminationCondition) -> tuple[Solution, float, TerminationCondition]:
-    """Coordinate sweeps over each round's aggregator from `sol` (first improvement): each move
-    keeps the other decisions, is solved by Ipopt, and is repaired and re-polished (`_polish`)
-    when it comes within `screen` of the current objective."""
-    inst, moved = search.nlp.inst, False
+    """Coordinate sweeps over each round's aggregator from `sol`, first improvement in the
+    order (round, DC): each move (`_move_task`) keeps the other decisions. The moves after the
+    current point are tried together (`runner`) and taken in order up to the first accepted
+    one; the sweep resumes after it from the new point."""
+    inst, search, moved = runner.inst, runner.search, False
+    order = [(t, s) for t in range(inst.T) for s in range(inst.S)]
     for _sw in range(opts.sweeps):
-        improved = False
-        for t in range(inst.T):
-            for s in range(inst.S):
-                if s == sol.rounds[t].aggregator or search.expired():
-                    continue
-                dec = [r.copy() for r in sol.rounds]
-                dec[t].aggregator = s
-                if not opts.assoc_repair:
-                    dec[t].uplink_bs, dec[t].downlink_bs = association_rule(inst, t, s)
-                new, st2, obj2 = search.solve(dec, warm=sol)
-                if new is None or obj2 > obj * (1 + opts.screen):
-                    continue
-                new, obj2, st2 = _polish(search, new, obj2, st2, opts.assoc_repair, rounds=(t,))
-                if obj2 < obj * (1 - 1e-9):
-                    sol, obj, st, improved = new, obj2, st2, True
+        improved, pos = False, 0
+        while pos < len(order) and not search.expired():
+            batch = [(i, t, s) for i, (t, s) in enumerate(order[pos:], pos)
+                     if s != sol.rounds[t].aggregator]
+            pos = len(order)
+            outcomes = runner.results([("move", (sol, obj, t, s)) for _i, t, s in batch])
+            for (i, _t, _s), out in zip(batch, outcomes):
+                new, obj2, st2 = runner.absorb(out)
+                if new is not None and obj2 < obj * (1 - 1e-9):
+                    sol, obj, st, improved, pos = new, obj2, st2, True, i + 1
+                    break
+                if search.expired():
+                    break
+            outcomes.close()
         moved = moved or improved
         if not improved or search.expired():
             break
     # the moves repaired their own round only: one repair of every round after them
-    return _polish(search, sol, obj, st, opts.assoc_repair and moved)
+    if not (opts.assoc_repair and moved):
+        return sol, obj, st
+    outcomes = runner.results([("polish", (sol, obj, st, True))])
+    value = runner.absorb(next(outcomes))
+    outcomes.close()
+    return value
 
 
-def _solve_seeds(search: _Search, inst: Instance, opts: IpoptEnumOptions
-                 ) -> tuple[list[tuple[float, str, Solution, TerminationCondition]], list[dict]]:
-    """Each seed of `_seeds` (its own point kept first, even out of time) solved by Ipopt with
-    its binaries fixed and polished; returns the polished points, best first, and the trials."""
-    polished, trials = [], []
-    for label, dec, warm in _seeds(inst, opts, search):
-        trial: dict[str, Any] = {"seed": label, "objective": None}
-        if warm is not None:
-            ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
-            trial["own_objective"] = ev.objective if ev.feasible else None
-            if ev.feasible:
-                search.keep(Solution(rounds=[r.copy() for r in warm.rounds]), ev.objective,
-                            TerminationCondition.locallyOptimal)
-        if search.expired():
-            trials += [trial] if warm is not None else []
-            break
-        sol, st, obj = search.solve(dec, warm=warm)
-        if sol is not None:
-            sol, obj, st = _polish(search, sol, obj, st, opts.assoc_repair)
-            polished.append((obj, label, sol, st))
-        trials.append({**trial, "objective": obj})
-    return sorted(polished, key=lambda x: x[0]), trials
+def _workers(opts: IpoptEnumOptions) -> int:
+    return opts.workers if opts.workers is not None else len(os.sched_getaffinity(0))
 
 
 def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
-    """`ipopt-enum`, the centralised reference: every seed of `_seeds` is solved by Ipopt with
-    its binaries fixed and polished (association repair on P, re-solve); from the best `starts`
-    distinct seeds, coordinate sweeps over each round's aggregator (`_sweeps`), each accepted
-    move polished. `time_limit` bounds the whole search (wall seconds): when it runs out the
-    best point so far is returned with termination maxTimeLimit. Best kept throughout."""
-    nlp = _nlp(inst, opts, label="ipopt-enum", per_solve_limit=False)
-    search = _Search(nlp, opts.time_limit)
-    polished, trials = _solve_seeds(search, inst, opts)
-    starts, seen = [], set()
-    for obj, _label, sol, st in polished:   # the best `starts` distinct aggregator schedules
-        key = tuple(r.aggregator for r in sol.rounds)
-        if key not in seen and len(starts) < opts.starts:
-            seen.add(key)
-            starts.append((obj, sol, st))
-    for obj, sol, st in starts:
-        if search.expired():
-            break
-        _sweeps(search, opts, sol, obj, st)
+    """`ipopt-enum`, the centralised reference: every seed of `_seed_list` is solved by Ipopt
+    with its binaries fixed and polished (association repair on P, re-solve); from the best
+    `starts` distinct seeds, coordinate sweeps over each round's aggregator (`_sweeps`), each
+    accepted move polished. The independent solves run on `workers` processes (`_Runner`: the
+    same answer for any number). `time_limit` bounds the whole search (wall seconds): when it
+    runs out the best point so far is returned with termination maxTimeLimit. Best kept."""
+    runner = _Runner(inst, opts, _workers(opts))
+    failed = True
+    try:
+        polished, trials = _solve_seeds(runner, opts)
+        starts, seen = [], set()
+        for obj, _label, sol, st in polished:   # the best `starts` distinct schedules
+            key = tuple(r.aggregator for r in sol.rounds)
+            if key not in seen and len(starts) < opts.starts:
+                seen.add(key)
+                starts.append((obj, sol, st))
+        for obj, sol, st in starts:
+            if runner.search.expired():
+                break
+            _sweeps(runner, opts, sol, obj, st)
+        failed = False
+    finally:
+        runner.close(failed)
+    search = runner.search
     obj, best, st = search.best
     if search.timed_out:
         st = TerminationCondition.maxTimeLimit
     info = {"seeds": trials, "time_limit_reached": search.timed_out,
-            "search_s": time.perf_counter() - search.t0,
+            "search_s": time.monotonic() - runner.t0, "workers": runner.workers,
             "aggregators": best and [r.aggregator for r in best.rounds]}
-    return _finish("ipopt-enum", inst, best, st, nlp, opts, info)
+    tally = types.SimpleNamespace(bar=runner.bar, **runner.counts)
+    return _finish("ipopt-enum", inst, best, st, tally, opts, info)
 
 
 # ---------------------------------------------------------------------- methods

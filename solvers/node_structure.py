@@ -49,10 +49,10 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from cefl_opt.instance import Instance
-from cefl_opt.models import (EPIGRAPH_LEVELS, VariableIndex, build_node_rows, build_problem,
-                             drop_node_terms, is_forcing, load_solution, node_blocks, node_lifts,
-                             node_variables, tie_pairs)
-from cefl_opt.models.codec import rounds_from_values, take
+from cefl_opt.models import build_problem, load_solution, node_blocks, node_variables
+from cefl_opt.models.codec import VariableIndex, rounds_from_values, take
+from cefl_opt.models.problem import (EPIGRAPH_LEVELS, build_node_rows, drop_node_terms,
+                                     is_forcing, node_lifts, tie_pairs)
 from cefl_opt.solution import Solution
 from cefl_opt.solvers import projections as P
 

@@ -33,9 +33,21 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from cefl_opt.system import BOUND_FORMS
+from cefl_opt.system import BOUND_FORMS, weights_problem
 
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
+
+#: The ranges SCIP accepts for the parameters that options set (SCIP's parameter table):
+#: limits/time in [0, 1e20], randomization/randomseedshift in [0, 2^31 - 1] (a C int),
+#: parallel/maxnthreads in [0, 64]. An option is checked against them when it is built, so a
+#: value out of SCIP's range is refused by name before any work, never by SCIP mid-solve.
+SCIP_TIME_MAX = 1e20
+SCIP_SEED_MAX = 2 ** 31 - 1
+SCIP_THREADS_MAX = 64
+#: ipopt-enum's `starts`: its random aggregator sequences are drawn before the search (and
+#: its time limit) starts, so their number is bounded
+MAX_STARTS = 10_000
+WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
 
 
 class OptionError(ValueError):
@@ -47,19 +59,30 @@ class UnknownOptionError(OptionError):
 
 
 # ---------------------------------------------------------------------- field declarations
+#: The groups of options, in the order `--list-options` and the options reference list them:
+#: what P is, the solver's own limits, then the decentralised method's phases (the relaxed
+#: phase and its inner solver, the rounding, the search after it, the finishing phase, the
+#: neighbour messages) and what a run records.
+GROUPS = ("problem", "solver", "relaxed phase", "rounding", "search", "finishing", "messaging",
+          "recording")
+
+
 def option(default: Any, doc: str, *, check: Check | None = None,
            choices: tuple[str, ...] | None = None, cli: bool = True, flag: str | None = None,
            metavar: str | None = None, default_doc: str | None = None, flagged: bool = True,
-           display: bool = False) -> Any:
+           display: bool = False, group: str = "solver") -> Any:
     """Declare one option: default, documentation, validation (`check` returns a reason or
     None; `choices` for strings) and how it appears on the command line: `cli=False`: Python
     API and `--options FILE` only; `flagged=False`: no flag of its own, set with
     `--set KEY=VALUE` or `--options FILE`; `flag` overrides the generated `--name-with-dashes`;
     `display=True`: a display switch (progress bar), set by the command-level
-    `--progress/--no-progress`, not an algorithm option."""
+    `--progress/--no-progress`, not an algorithm option. `group` (one of `GROUPS`) is the
+    phase of the method the option acts in, under which `--list-options` lists it."""
+    if group not in GROUPS:
+        raise ValueError(f"option group {group!r}: expected one of {', '.join(GROUPS)}")
     meta = {"doc": doc, "check": check, "choices": choices, "cli": cli, "flag": flag,
             "metavar": metavar, "default_doc": default_doc, "flagged": flagged,
-            "display": display}
+            "display": display, "group": group}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -72,8 +95,14 @@ def _bounded(chk: Check, lo: float, hi: float | None, lo_open: bool, hi_open: bo
     return chk
 
 
+def _num(x: float) -> str:
+    """`x` as a range end in a message: integers exactly (2147483647, not 2.14748e+09)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 def at_least(lo: float) -> Check:
-    return _bounded(lambda v: None if v >= lo else f"must be >= {lo:g}", lo, None, False, False)
+    return _bounded(lambda v: None if v >= lo else f"must be >= {_num(lo)}", lo, None, False,
+                    False)
 
 
 def positive(v: float) -> str | None:
@@ -86,19 +115,48 @@ positive.bounds = (0.0, None, True, False)
 def in_interval(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
     def chk(v: float) -> str | None:
         ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-        return None if ok else (f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}"
+        return None if ok else (f"must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}"
                                 f"{')' if hi_open else ']'}")
     return _bounded(chk, lo, hi, lo_open, hi_open)
 
 
 def _weights(v: Mapping[str, Any]) -> str | None:
-    bad = sorted(set(v) - {"xi1", "xi2", "xi3"})
-    if bad:
-        return f"has unknown key {bad[0]!r} (expected xi1, xi2, xi3)"
-    for k, x in v.items():
-        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) or x < 0:
-            return f"entry {k!r} must be a finite number >= 0"
-    return None
+    """Keys among xi1, xi2, xi3, values finite and >= 0 (`system.weights_problem`)."""
+    return weights_problem(v)
+
+
+def _no_weights(v: Mapping[str, Any]) -> str | None:
+    """Refuses every override: the method optimises the instance's own weights."""
+    return None if not v else ("is not taken by the decentralised methods (their node objectives use the "
+            "instance's xi1, xi2, xi3: set the weights in the instance)")
+
+
+def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by Ipopt itself (name, type, range) when the options are built.
+
+    `solvers.native_check` sets it on a throwaway problem; cyipopt is imported only for a
+    non-empty mapping (without it, the method reports cyipopt missing)."""
+    if not v:
+        return None
+    try:
+        from .native_check import check_ipopt_options
+    except ImportError:
+        return None
+    return check_ipopt_options(v)
+
+
+def _scip_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by SCIP itself (name, type, range) when the options are built.
+
+    `solvers.native_check` sets it on a throwaway SCIP model; pyscipopt is imported only for
+    a non-empty mapping (without it, the method reports SCIP missing)."""
+    if not v:
+        return None
+    try:
+        from .native_check import check_scip_options
+    except ImportError:
+        return None
+    return check_scip_options(v)
 
 
 # ---------------------------------------------------------------------- type handling
@@ -151,9 +209,11 @@ class MethodOptions:
     """Options every method takes. Subclasses add theirs with `option(...)`."""
 
     bound: str = option("corollary", "form of the ML bound: corollary (eq:convSpecial) or "
-                        "general (Theorem 1, eq:GenConvBound)", choices=BOUND_FORMS)
+                        "general (Theorem 1, eq:GenConvBound)", choices=BOUND_FORMS,
+                        group="problem")
     weights: dict | None = option(None, "overrides of the objective weights xi1, xi2, xi3 "
-                                  "(the instance's by default)", check=_weights, cli=False)
+                                  "(the instance's by default)", check=_weights, cli=False,
+                                  group="problem")
     progress: bool = option(False, "display only: a tqdm bar on stderr of the method's Ipopt "
                             "solves, SCIP's solved nodes or the decentralised outer iterations "
                             "(the command-level --progress/--no-progress)", display=True)
@@ -204,7 +264,9 @@ class IpoptOptions(MethodOptions):
                                       "max_cpu_time; none: no limit)", check=positive)
     assoc_repair: bool = option(True, "repair the UE-BS associations after the first Ipopt "
                                 "solve (by the objective of P: cefl_opt.association)")
-    ipopt_options: dict = option({}, "extra Ipopt options (name -> value)", cli=False)
+    ipopt_options: dict = option({}, "extra Ipopt options (name -> value), each checked by "
+                                 "Ipopt when the options are built", check=_ipopt_entries,
+                                 cli=False)
 
 
 @dataclass(frozen=True)
@@ -213,22 +275,30 @@ class IpoptEnumOptions(IpoptOptions):
                                       "they run out: the best point so far, termination "
                                       "time_limit; none: no limit)", check=positive)
     sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
-                         check=at_least(1))
+                         check=at_least(1), group="search")
     starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
-                         "aggregator sequences to the seeds", check=at_least(1))
-    seed: int = option(0, "seed of the random aggregator sequences (starts > 1)", check=at_least(0))
+                         "aggregator sequences to the seeds (drawn before the search, so at "
+                         f"most {MAX_STARTS:,})", check=in_interval(1, MAX_STARTS),
+                         group="search")
+    seed: int = option(0, "seed of the random aggregator sequences (starts > 1)",
+                       check=at_least(0), group="search")
     seed_decentralized: bool = option(True, "seed the search with the binaries of the "
                                       "decentralized and decentralized-polish methods",
-                                      flagged=False)
+                                      flagged=False, group="search")
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
                            "within this fraction above the current objective", check=at_least(0),
-                           flagged=False)
+                           flagged=False, group="search")
+    workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
+                                 "aggregator moves); the answer is the same for any number "
+                                 "(none: every core of this machine)",
+                                 check=in_interval(1, WORKERS_MAX),
+                                 flagged=False, group="solver")
 
 
 @dataclass(frozen=True)
 class FixedOptions(IpoptOptions):
     aggregator: int = option(0, "DC index s of the aggregator of every round",
-                             check=at_least(0))
+                             check=at_least(0), group="problem")
 
 
 @dataclass(frozen=True)
@@ -243,24 +313,30 @@ class NoOffloadOptions(IpoptOptions):
 
 @dataclass(frozen=True)
 class ScipOptions(MethodOptions):
-    time_limit: float | None = option(60.0, "seconds of wall time for SCIP (none: no limit)",
-                                      check=positive)
+    time_limit: float | None = option(60.0, "seconds of wall time for SCIP (limits/time; "
+                                      "none: no limit)",
+                                      check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
     gap: float = option(1e-6, "relative gap at which SCIP stops (limits/gap)", check=at_least(0))
-    threads: int = option(1, "SCIP threads (parallel/maxnthreads)", check=at_least(1))
-    seed: int = option(0, "SCIP's random seed shift", check=at_least(0))
+    threads: int = option(1, "SCIP threads (parallel/maxnthreads)",
+                          check=in_interval(1, SCIP_THREADS_MAX))
+    seed: int = option(0, "SCIP's random seed shift (randomization/randomseedshift)",
+                       check=in_interval(0, SCIP_SEED_MAX))
     warm: bool = option(True, "start SCIP from the reference orchestration")
     incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
-    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
+    scip_options: dict = option({}, "extra SCIP parameters (name -> value), each checked by "
+                                "SCIP when the options are built", check=_scip_entries,
+                                cli=False)
 
 
 @dataclass(frozen=True)
 class BoundOptions(MethodOptions):
     """decomposed-bound: a proven lower bound on P (solvers/bound.py)."""
     time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
-                                      "share them; a number is required)", check=positive)
+                                      "share them; a number is required)",
+                                      check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
     incumbent: float | None = option(None, "objective of a known feasible point, which caps "
                                      "the delays (none: decentralized's answer is found first "
                                      "and used)", check=positive, flagged=False)
@@ -322,9 +398,19 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),
+    "search_budget": ("network passes the search after the first finished point may spend, "
+                      "as a multiple of the relaxed phase's (outer plus inner iterations); "
+                      "when they run out the search stops ('search budget') with the best "
+                      "point so far", at_least(0), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
+#: The phase each PDConstants field acts in (`GROUPS`); the others are the relaxed phase's and
+#: its inner solver's (which every phase runs).
+PD_CONSTANT_GROUPS = {"live_only": "finishing", "descent": "finishing", "stall_tol": "finishing",
+                      "stall_window": "finishing", "candidates": "rounding",
+                      "move_passes": "rounding", "agg_passes": "search", "agg_screen": "search",
+                      "refine_rounds": "search"}
 
 
 @dataclass(frozen=True)
@@ -332,21 +418,29 @@ class _DecentralizedBase(MethodOptions):
     """The decentralised methods' own options; `DecentralizedOptions` adds the overrides of
     the preset's PDConstants."""
 
+    weights: dict | None = option(None, "not taken: the decentralised methods optimise the "
+                                  "instance's weights (set xi1, xi2, xi3 in the instance)",
+                                  check=_no_weights, cli=False, group="problem")
     consensus_rounds: int = option(0, "J: exchange rounds per message collective (0: as many "
                                    "as the relay depth, exact aggregation; ignored by "
-                                   "centralized-pd)", check=at_least(0))
+                                   "centralized-pd)", check=at_least(0), group="messaging")
     constants: str = option("tuned", "algorithm constants: the tuned defaults or the paper's "
-                            "outer step (docs/decentralized.md)", choices=("tuned", "paper"))
+                            "outer step (docs/decentralized.md)", choices=("tuned", "paper"),
+                            group="relaxed phase")
     init: str = option("relaxed", "initial point: indicators at the centre of their simplices, "
-                       "or the reference orchestration", choices=("relaxed", "reference"))
-    seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0))
+                       "or the reference orchestration", choices=("relaxed", "reference"),
+                       group="relaxed phase")
+    seed: int = option(0, "recorded only: the method makes no random choice", check=at_least(0),
+                       group="recording")
     trace_path: str | None = option(None, "CSV trace, one row per outer iteration",
-                                    flag="--trace", metavar="FILE")
+                                    flag="--trace", metavar="FILE", group="recording")
     backend: str = option("local", "message passing: every node in this process, or the nodes "
                           "spread over the processes of `mpiexec -n R` (decentralized only; "
-                          "process 0 writes the solution)", choices=("local", "mpi"))
-    ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish",
-                                 cli=False)
+                          "process 0 writes the solution)", choices=("local", "mpi"),
+                          group="messaging")
+    ipopt_options: dict = option({}, "extra Ipopt options of decentralized-polish's polish, "
+                                 "each checked by Ipopt when the options are built",
+                                 check=_ipopt_entries, cli=False)
 
     def constant_overrides(self) -> dict[str, Any]:
         """{"preset": constants, field: value} for `primal_dual.resolve_constants`."""
@@ -373,7 +467,8 @@ def _decentralized_options() -> type:
         doc, check, choices = PD_CONSTANT_DOCS[f.name]   # KeyError: a field without a doc
         extra.append((f.name, hints[f.name] | None,
                       option(None, doc, check=check, choices=choices, default_doc=_PRESET,
-                             flagged=f.name in PD_FLAGGED)))
+                             flagged=f.name in PD_FLAGGED,
+                             group=PD_CONSTANT_GROUPS.get(f.name, "relaxed phase"))))
     cls = dataclasses.make_dataclass(
         "DecentralizedOptions", extra, bases=(_DecentralizedBase,), frozen=True,
         namespace={"__doc__": "decentralized, decentralized-polish and centralized-pd (paper "
@@ -540,33 +635,66 @@ def parse_text(name: str, text: str, hint: Any) -> Any:
     raise OptionError(f"option {name!r} must be {want}, got {text!r}")
 
 
+class SetItem(str):
+    """A `--set KEY=VALUE` item that another flag stands for (a deprecated flag such as
+    `--lambda1`): `flag` is the flag, which messages about the item name."""
+
+    flag: str = "--set"
+
+    def __new__(cls, text: str, flag: str) -> "SetItem":
+        item = super().__new__(cls, text)
+        item.flag = flag
+        return item
+
+
 def parse_set_items(cls: type[MethodOptions], items: Iterable[str]) -> dict[str, Any]:
-    """{field: value} of `--set KEY=VALUE` items (the later of two for one key wins)."""
+    """{field: value} of `--set KEY=VALUE` items (the later of two for one key wins). A key
+    that only an options file can set (a mapping such as ipopt_options) is refused as such."""
     hints = typing.get_type_hints(cls)
     fields = settable_fields(cls)
+    file_only = [f for f in file_fields(cls) if f not in fields]
     out: dict[str, Any] = {}
     for item in items:
+        where = getattr(item, "flag", "--set")
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
             raise OptionError(f"option '--set' value {item!r} is not KEY=VALUE")
-        name = _resolve_key(cls, key, fields, "--set")
+        try:
+            name = _resolve_key(cls, key, fields, where)
+        except UnknownOptionError:
+            if not any(f.name == key.strip().replace("-", "_") for f in file_only):
+                raise
+            raise OptionError(f"option {key.strip()!r} can be set only in an options file "
+                              f"(--options FILE.toml, as a TOML table), not with {where}") \
+                from None
         out[name] = parse_text(name, text, hints[name])
     return out
 
 
 def load_options_file(cls: type[MethodOptions], path: str) -> dict[str, Any]:
     """{field: value} of a TOML file of `KEY = VALUE` lines (keys as for --set; values TOML
-    typed; a mapping option as a table). A malformed file or an unknown key is an
-    OptionError naming it."""
+    typed; a mapping option as a table), read by `cefl_opt.io.read_input_text` (a regular
+    file of at most MAX_OPTIONS_BYTES, UTF-8). A malformed file, an unknown key or one option
+    given twice (`time_limit` and `time-limit`) is an OptionError naming it."""
     import tomllib
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") \
-                from None
+
+    from cefl_opt import io
+    text = io.read_input_text(path, what="options", option="--options",
+                              limit=io.MAX_OPTIONS_BYTES)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError(f"option '--options' file '{path}' is not valid TOML: {e}") from None
     fields = file_fields(cls)
-    return {_resolve_key(cls, k, fields, f"in '{path}'"): v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for k, v in data.items():
+        name = _resolve_key(cls, k, fields, f"in '{path}'")
+        if name in given:     # `time_limit` and `time-limit`: one option given twice
+            raise OptionError(f"option '--options' file '{path}' sets option {name!r} twice, "
+                              f"as {given[name]!r} and {k!r}")
+        out[name], given[name] = v, k
+    return out
 
 
 def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Namespace,
@@ -595,23 +723,53 @@ def options_from_args(method: str, cls: type[MethodOptions], args: argparse.Name
     return build_options(cls, values)
 
 
-def describe_options(method: str, cls: type[MethodOptions]) -> str:
-    """`cefl-opt solve --method M --list-options`: each algorithm option of `method` with its
-    type, default, check and meaning, and how to set it."""
+def default_text(f: dataclasses.Field) -> str:
+    """The default value of option `f` as a user sets it: the value itself, and for an override
+    of the decentralised constants (None: the preset's) the `tuned` preset's value, with the
+    `paper` preset's where it differs."""
+    if f.metadata.get("default_doc") == _PRESET:
+        from .primal_dual import PRESETS
+        tuned, paper = getattr(PRESETS["tuned"], f.name), getattr(PRESETS["paper"], f.name)
+        return repr(tuned) + ("" if paper == tuned else f" (constants=paper: {paper!r})")
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return repr(f.default_factory())  # type: ignore[misc]
+    return repr(f.default)
+
+
+def option_groups(cls: type[MethodOptions]) -> list[tuple[str, list[dataclasses.Field]]]:
+    """(group, its fields) for each non-empty group of `GROUPS`, in that order, over the
+    fields an options file can set (the display switches excluded)."""
+    fields = file_fields(cls)
+    return [(g, [f for f in fields if f.metadata.get("group", "solver") == g]) for g in GROUPS
+            if any(f.metadata.get("group", "solver") == g for f in fields)]
+
+
+def describe_options(method: str, cls: type[MethodOptions], width: int | None = None) -> str:
+    """`cefl-opt solve --method M --list-options`: the algorithm options of `method` by group,
+    each with its type, default value, how to set it, meaning and check, wrapped to `width`
+    columns (default: the terminal's)."""
+    import shutil
+    import textwrap
+    width = max(50, width or shutil.get_terminal_size().columns)
     hints = typing.get_type_hints(cls)
-    lines = [f"options of method {method!r} ({cls.__name__}): set each with --set KEY=VALUE, "
-             f"in --options FILE.toml, or with its flag where it has one"]
-    for f in file_fields(cls):
-        base, optional = _split_optional(hints[f.name])
-        typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
-        d = f.metadata.get("default_doc") or (
-            repr(f.default) if f.default is not dataclasses.MISSING else "{}")
-        how = (_flag(f) if f in cli_fields(cls) else "--set" if f.metadata.get("cli", True)
-               else "--options file only")
-        lines.append(f"  {f.name} ({typ}, default {d}; {how})")
-        rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
-                else _check_text(f.metadata.get("check")))
-        lines.append(f"      {f.metadata['doc']}" + (f" [{rule}]" if rule else ""))
+    flagged = {f.name for f in cli_fields(cls)}
+    wrap = textwrap.TextWrapper(width=width, break_on_hyphens=False, break_long_words=False)
+    lines = wrap.wrap(f"options of method {method!r} ({cls.__name__}): set each with --set "
+                      f"KEY=VALUE, in --options FILE.toml, or with its flag where it has one")
+    for group, fields in option_groups(cls):
+        lines += ["", group]
+        for f in fields:
+            base, optional = _split_optional(hints[f.name])
+            typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
+            how = (_flag(f) if f.name in flagged else "--set" if f.metadata.get("cli", True)
+                   else "--options file only")
+            wrap.initial_indent, wrap.subsequent_indent = "  ", "      "
+            lines += wrap.wrap(f"{f.name} ({typ}, default {default_text(f)}; {how})")
+            rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
+                    else _check_text(f.metadata.get("check")))
+            wrap.initial_indent = "      "
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
+            lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
 
@@ -621,5 +779,5 @@ def _check_text(check: Check | None) -> str:
         return ""
     lo, hi, lo_open, hi_open = b
     if hi is None:
-        return f"{'>' if lo_open else '>='} {lo:g}"
-    return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        return f"{'>' if lo_open else '>='} {_num(lo)}"
+    return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"

@@ -3,12 +3,14 @@ Pyomo's `scip_direct`. SCIP's incumbent and its proven lower bound are reported 
 optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
+import io
 import math
 import sys
 import time
 from pathlib import Path
 
 import pyomo.environ as pyo
+from pyomo.common.tee import capture_output
 
 from pyomo.contrib.solver.common.results import TerminationCondition as PyoTC
 from pyomo.contrib.solver.solvers.scip.scip_direct import ScipDirect
@@ -54,12 +56,16 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         params["parallel/maxnthreads"] = opts.threads
     params.update(opts.scip_options)
     bar = _bar(opts.progress)
+    log = io.StringIO()
     try:
-        res = _ProgressScip(bar).solve(m, tee=False, solver_options=params, load_solutions=False,
-                                    raise_exception_on_nonoptimal_result=False,
-                                    warmstart_discrete_vars=opts.warm)
-    except Exception as e:  # pragma: no cover - SCIP errors are reported, not hidden
-        raise SolverError(f"SCIP failed: {e}") from e
+        with capture_output(log, capture_fd=True):   # SCIP's C error lines: into the message
+            res = _ProgressScip(bar).solve(m, tee=False, solver_options=params,
+                                        load_solutions=False,
+                                        raise_exception_on_nonoptimal_result=False,
+                                        warmstart_discrete_vars=opts.warm)
+    except Exception as e:  # SCIP errors are reported, not hidden
+        why = _scip_error(log.getvalue())
+        raise SolverError(f"SCIP failed: {e}" + (f" ({why})" if why else "")) from e
     finally:
         if bar is not None:
             bar.close()
@@ -123,6 +129,16 @@ def scip_params(time_limit: float | None, gap: float, seed: int) -> dict:
     if in_child():
         params["misc/catchctrlc"] = False
     return params
+
+
+def _scip_error(log: str) -> str | None:
+    """The first of SCIP's own error lines in `log` (``[paramset.c:165] ERROR: Invalid value
+    <1e+308> for real parameter <limits/time>. Must be in range [0,1e+20].``), its text only."""
+    for line in log.splitlines():
+        head, sep, text = line.partition("ERROR:")
+        if sep and head.strip().startswith("[") and text.strip():
+            return text.strip()
+    return None
 
 
 def _finite(x) -> float | None:

@@ -31,9 +31,9 @@ def _evaluate_moved(inst, sol, field: str, t: int, n: int, b: int):
     finally:
         arr[n] = keep
 
-def _setup(preset, seed, T, scramble=False):
+def _setup(preset, seed, T, scramble=False, **size):
     """The reference orchestration (binary), or with every UE's BSs drawn at random."""
-    inst = make_instance(preset, seed=seed, rounds=T)
+    inst = make_instance(preset, seed=seed, rounds=T, **size)
     st = build_structure(inst, relax_init=False)
     u = st.u0.copy()
     if scramble:
@@ -287,3 +287,112 @@ def test_downlinks_are_every_ues_downlink_bs_from_its_own_row_only():
         assert np.array_equal(got.ravel()[mine], want.ravel()[mine])
     # the two processes' rows together: every UE's downlink, written once
     assert np.array_equal((seen[-2] + seen[-1]).sum(axis=0), want.ravel() + 1.0)
+
+
+# ---------------------------------------------------------------- group formation
+def _hand_links():
+    """2 rounds, 6 UEs, 4 BSs; UE 2 has no link to BS 0, UE 5 none to BS 1."""
+    T, N, B = 2, 6, 4
+    ix = np.arange(T * N * B).reshape(T, N, B)
+    ix[:, 2, 0] = -1
+    ix[:, 5, 1] = -1
+    return ix
+
+
+def test_bs_groups_are_every_bs_serving_two_or_more_ues_with_their_common_links():
+    """Round 0: BS 0 serves one UE (no group), BS 1 two, BS 2 three, BS 3 none; round 1: BS 3
+    serves all six. Each group's targets are the other BSs every one of its UEs links to."""
+    from types import SimpleNamespace
+    ix = _hand_links()
+    down = np.array([[0, 1, 1, 2, 2, 2], [3, 3, 3, 3, 3, 3]])
+    got = am._bs_groups(SimpleNamespace(idx={"Ibn": ix}), down)
+    want = [(0, 1, [1, 2], [2, 3]),          # UE 2 lacks BS 0
+            (0, 2, [3, 4, 5], [0, 3]),       # UE 5 lacks BS 1
+            (1, 3, [0, 1, 2, 3, 4, 5], [2])]  # UE 2 lacks BS 0, UE 5 BS 1
+    assert [(t, j, ues.tolist(), tgt) for t, j, ues, _rows, tgt in got] == want
+    for t, j, ues, rows, _tgt in got:
+        assert np.array_equal(rows, ix[t][ues])
+    # round 0: all on BS 0 but UE 2 (which cannot reach it), BS 1 excluded by UE 5; round 1:
+    # all on BS 1 but UE 5, BS 0 excluded by UE 2
+    down2 = np.array([[0, 0, 3, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+    got2 = am._bs_groups(SimpleNamespace(idx={"Ibn": ix}), down2)
+    assert [(t, j, ues.tolist(), tgt) for t, j, ues, _r, tgt in got2] == [
+        (0, 0, [0, 1, 3, 4, 5], [2, 3]), (1, 1, [0, 1, 2, 3, 4], [2, 3])]
+
+
+def _with_downlinks(st, u, free, views, down):
+    """u with every UE's downlink BS of round t set to down[t][n], the epigraphs tightened."""
+    u = u.copy()
+    ix = st.idx["Ibn"]
+    for t, n in np.ndindex(*ix.shape[:2]):
+        g = ix[t, n]
+        u[g[g >= 0]] = 0.0
+        u[g[down[t][n]]] = 1.0 / st.scale[g[down[t][n]]]
+    u = _fix_indicators(st, u)
+    return am.tighten_epigraphs(st, u, st.linearise(u), free, views)
+
+
+def test_a_sweep_tries_every_group_move_once():
+    """Truth: the brute-force list of whole-group moves at the start (`_group_trials`); one
+    sweep tries each exactly once (the groups of a round are disjoint, so a move in the sweep
+    leaves the others' UEs where they were). The start has groups of one, two, three UEs and
+    one of all the UEs."""
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    down = [[0, 1, 1] + [2] * (N - 3), [3] * N]
+    assert all(b in inst.ue_links()[n] for t in range(2) for n, b in enumerate(down[t]))
+    u = _with_downlinks(st, u, free, views, down)
+    sol0 = _solution(inst, st, u)
+    assert [list(r.downlink_bs) for r in sol0.rounds] == down
+    brute = _group_trials(inst, sol0)
+    sizes = sorted({int(np.sum(sol0.rounds[t].downlink_bs == j)) for t, _f, j, _b, _e in brute})
+    assert sizes == [2, N - 3, N]
+    _u, info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
+                                    global_max=_gmax, viol_tol=1e-6, passes=1)
+    assert info["group_trials"] == len(brute) == (inst.B - 1) * 3
+
+
+def test_group_moves_take_the_best_of_several_targets():
+    """Four BSs (three targets per group) from the hand start: the end is where no whole-group
+    move lowers P (`_group_trials`), and the first sweep's first move is the brute-force best
+    target of its group."""
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    u = _with_downlinks(st, u, free, views, [[0, 1, 1] + [2] * (N - 3), [3] * N])
+    sol0 = _solution(inst, st, u)
+    ev0 = system.evaluate(inst, sol0).objective
+    u1, one = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
+                                   global_max=_gmax, viol_tol=1e-6, passes=1)
+    assert one["group_moves"] > 0
+    first = next(r for r in _group_trials(inst, sol0))          # the first group tried
+    t, _f, j, _b, _e = first
+    tries = [r for r in _group_trials(inst, sol0) if r[0] == t and r[2] == j]
+    best = min((r for r in tries if r[4].feasible), key=lambda r: r[4].objective)
+    assert best[4].objective < ev0 * (1 - 1e-9) and len(tries) == 3
+    moved = _solution(inst, st, u1).rounds[t].downlink_bs
+    assert np.all(moved[sol0.rounds[t].downlink_bs == j] == best[3])
+    _moved_and_checked(am.exact_group_moves, "group", inst, st, u, free, views, ev0)
+    u2, _info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
+                                     global_max=_gmax, viol_tol=1e-6, passes=20)
+    ev2 = system.evaluate(inst, _solution(inst, st, u2)).objective
+    for *_key, ev in _group_trials(inst, _solution(inst, st, u2)):
+        assert not ev.feasible or ev.objective >= ev2 * (1 - 1e-9)
+
+
+def test_vetoes_keep_the_kind_of_the_best_trial():
+    """Two chosen trials meet at one local epigraph variable e: one lowers it, the other raises
+    one of its rows. The kind of the trial with the larger predicted gain stays, the other is
+    vetoed (on its target's nonzero); trials of one kind are never vetoed."""
+    from types import SimpleNamespace
+    groups = [np.array([0, 1]), np.array([2, 3])]       # group 0: 0 -> 1, group 1: 2 -> 3
+    prop = np.array([-1.0, 1.0, -1.0, 1.0])
+
+    def by_host(g, keep=None):                          # one host reads every variable
+        return {0: {int(v): int(v) for v in g if keep is None or keep[v] != 0}}
+    H = SimpleNamespace(st=SimpleNamespace(jac_cols=np.arange(4)), by_host=by_host)
+    mixed = {(0, 1): {9: (-0.5, False)}, (0, 3): {9: (0.2, True)}}
+    for gains, vetoed in (([0, 2.0, 0, 1.0], 3), ([0, 1.0, 0, 2.0], 1)):
+        veto = am._vetoes(H, groups, prop, np.array(gains), mixed)
+        assert veto.tolist() == [float(i == vetoed) for i in range(4)], gains
+    same = {(0, 1): {9: (-0.5, False)}, (0, 3): {9: (-0.2, False)}}
+    assert not am._vetoes(H, groups, prop, np.array([0, 1.0, 0, 2.0]), same).any()

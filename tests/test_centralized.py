@@ -9,8 +9,7 @@ import pytest
 from cefl_opt import system
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
-from cefl_opt.solvers.centralized import (exhaustive, greedy_data_aggregators,
-                                          greedy_rate_aggregators)
+from cefl_opt.solvers.centralized import greedy_data_aggregators, greedy_rate_aggregators
 
 BASELINES = ["fixed", "greedy-data", "greedy-rate", "no-offload"]
 
@@ -20,11 +19,11 @@ def small():
     return make_instance("small", seed=3, rounds=2)
 
 
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ipopt_enum_matches_exhaustive_enumeration(seed):
+def test_ipopt_enum_matches_exhaustive_enumeration(seed, enumerated):
     # brute force: every aggregator and every UE-BS association, Ipopt on each
-    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
-    best, _sol, count = exhaustive(inst)
+    inst, (best, _sol, count) = enumerated("tiny", seed=seed, bss=2, rounds=1)
     assert count == 2 * 4 * 4
     res = solve(inst, "ipopt-enum")
     assert res.solution_status == SolutionStatus.feasible
@@ -86,9 +85,9 @@ def test_greedy_data_picks_the_hot_subnetwork():
     assert greedy_data_aggregators(inst) == [inst.dc_subnet.index(h) for h in hot]
 
 
-def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
-    inst = make_instance("tiny", seed=0, bss=2, rounds=1)
-    best, _sol, _ = exhaustive(inst)
+@pytest.mark.xdist_group("enumerated")
+def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
+    inst, (best, _sol, _) = enumerated("tiny", seed=0, bss=2, rounds=1)
     res = solve(inst, "scip", time_limit=30)   # a finite dual bound under load
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
@@ -168,12 +167,13 @@ def test_unknown_method_is_a_clear_error(small):
         solve(small, "magic")
 
 
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed):
+def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed, enumerated):
     # one BS, one round, f in [0.5, 2.3] GHz, gamma <= 5: small enough for SCIP's spatial B&B
     # to close a 2 % gap (measured: both seeds in ~35 s together)
-    inst = make_instance("tiny", seed=seed, bss=1, rounds=1, f_min=np.full(2, 0.5e9), gamma_max=5.0)
-    best, _sol, count = exhaustive(inst)
+    inst, (best, _sol, count) = enumerated("tiny", seed=seed, bss=1, rounds=1,
+                                           f_min=np.full(2, 0.5e9), gamma_max=5.0)
     res = solve(inst, "scip", time_limit=600, gap=0.02)
     assert res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied
     assert res.bound <= best * (1 + 1e-6)
@@ -269,7 +269,8 @@ def test_ipopt_enum_with_no_time_left_for_a_solve_reports_no_solution(small):
 
 
 @pytest.mark.parametrize("name,ok,bad", [("time_limit", 1e-9, 0.0), ("sweeps", 1, 0),
-                                          ("starts", 1, 0), ("screen", 0.0, -1e-9)])
+                                          ("starts", 1, 0), ("screen", 0.0, -1e-9),
+                                          ("workers", 1, 0)])
 def test_ipopt_enum_option_boundaries(name, ok, bad):
     from cefl_opt.solvers.options import IpoptEnumOptions, OptionError
     assert getattr(IpoptEnumOptions(**{name: ok}), name) == ok
@@ -317,32 +318,43 @@ def test_ipopt_enum_sweeps_move_a_round_to_the_best_aggregator():
     every = {aggs: centralized.solve_with_repair(nlp, centralized.decisions_for(inst, aggs))[2]
              for aggs in itertools.product(range(inst.S), repeat=inst.T)}
     assert min(every, key=every.get) == (0, 0) and every[(1, 0)] > every[(0, 0)] * 1.001
-    search = centralized._Search(nlp, None)
+    opts = IpoptEnumOptions(sweeps=1, workers=1)
+    runner = centralized._Runner(inst, opts, 1)
     start, st, obj = nlp.solve(centralized.decisions_for(inst, [1, 0]))
-    sol, obj, _st = centralized._sweeps(search, IpoptEnumOptions(sweeps=1), start, obj, st)
+    sol, obj, _st = centralized._sweeps(runner, opts, start, obj, st)
     assert [r.aggregator for r in sol.rounds] == [0, 0]
     assert obj <= every[(0, 0)] * (1 + 1e-6)
     assert obj == pytest.approx(system.evaluate(inst, sol).objective, rel=1e-9)
 
 
-def test_ipopt_enum_out_of_time_after_the_decentralized_seed_returns_its_point(small,
-                                                                              monkeypatch):
+def test_ipopt_enum_stops_a_decentralized_seed_at_its_time_limit(small, monkeypatch):
+    """decentralized has no time limit of its own: ipopt-enum stops each decentralised seed
+    after its share of the time left (no point from it), goes on with the Ipopt seeds, and ends
+    within its time limit."""
     import time as _time
     from cefl_opt.solvers import decentralized
     real = decentralized.solve_decentralized
 
     def slow(inst, **kw):
-        out = real(inst, **kw)
-        _time.sleep(1.2)
-        return out
+        _time.sleep(30.0)
+        return real(inst, **kw)
     monkeypatch.setattr(decentralized, "solve_decentralized", slow)
-    res = solve(small, "ipopt-enum", time_limit=1.0)
-    dec = solve(small, "decentralized")
+    t0 = _time.perf_counter()
+    res = solve(small, "ipopt-enum", time_limit=1.0, workers=1)
+    assert _time.perf_counter() - t0 < 1.2 + 10.0           # not the 30 s of the seed
     assert res.termination_condition == TerminationCondition.maxTimeLimit
-    assert res.info["ipopt_solves"] == 0
-    assert [d["seed"] for d in res.info["seeds"]] == ["decentralized"]
-    assert res.objective == pytest.approx(dec.objective, rel=1e-12)
-    assert system.evaluate(small, res.solution).feasible
+    labels = [d["seed"] for d in res.info["seeds"]]
+    assert "decentralized" not in labels and "decentralized-polish" not in labels
+    assert res.solution is None or system.evaluate(small, res.solution).feasible
+
+
+@pytest.mark.slow
+def test_ipopt_enum_keeps_a_decentralized_seed_that_ends_in_time(small):
+    res = solve(small, "ipopt-enum", time_limit=600.0, workers=1, sweeps=1, starts=1)
+    dec = solve(small, "decentralized")
+    own = [d for d in res.info["seeds"] if d["seed"] == "decentralized"]
+    assert own and own[0]["own_objective"] == pytest.approx(dec.objective, rel=1e-12)
+    assert res.objective <= dec.objective * (1 + 1e-9)
 
 
 def test_ipopt_prints_nothing_into_the_captured_output_whatever_the_options_say():
@@ -351,3 +363,23 @@ def test_ipopt_prints_nothing_into_the_captured_output_whatever_the_options_say(
     inst = make_instance("tiny", seed=0, rounds=1)
     nlp = FixedNLP(inst, ipopt_options={"print_level": 12, "tol": 1e-7})
     assert nlp.options["print_level"] == 0 and nlp.options["tol"] == 1e-7
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_ipopt_enum_gives_the_same_answer_bit_for_bit_on_any_number_of_workers(seed):
+    """The independent solves run on a pool of processes; the result is the serial one exactly
+    (objective, every value of the point, the seeds' trials, the solves counted)."""
+    inst = make_instance("small", seed=seed, rounds=2)
+    one = solve(inst, "ipopt-enum", workers=1)
+    assert one.info["workers"] == 1
+    for workers in (2, 3):
+        many = solve(inst, "ipopt-enum", workers=workers)
+        assert many.info["workers"] == workers
+        assert many.objective == one.objective
+        for a, b in zip(many.solution.rounds, one.solution.rounds):
+            assert a.aggregator == b.aggregator
+            for k, v in vars(b).items():
+                assert np.array_equal(np.asarray(getattr(a, k)), np.asarray(v)), k
+        assert many.info["seeds"] == one.info["seeds"]
+        assert many.info["ipopt_solves"] == one.info["ipopt_solves"]
+        assert many.info["aggregators"] == one.info["aggregators"]

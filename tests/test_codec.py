@@ -7,9 +7,10 @@ import pyomo.environ as pyo
 import pytest
 
 from cefl_opt.generator import make_instance
-from cefl_opt.models import (GBIT, GHZ, VariableIndex, build_problem, extract_solution,
-                             is_forcing, load_solution, node_blocks, node_constraints)
-from cefl_opt.models.codec import OWNER_FIELDS
+from cefl_opt.models import (GBIT, GHZ, build_problem, extract_solution, load_solution,
+                             node_blocks, node_constraints)
+from cefl_opt.models.codec import OWNER_FIELDS, VariableIndex
+from cefl_opt.models.problem import is_forcing
 
 FIELDS = tuple(OWNER_FIELDS)
 

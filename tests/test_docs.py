@@ -9,6 +9,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,54 @@ def site(tmp_path_factory) -> Path:
                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
+
+
+class _Loads(HTMLParser):
+    """Every address an HTML page loads: the src of scripts, images, frames and media, the href
+    of every <link>, and url(...) / @import in its <style> blocks and style attributes."""
+    SRC = {"script", "img", "iframe", "source", "audio", "video", "embed", "track", "input"}
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+        self._style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in self.SRC and a.get("src"):
+            self.urls.append(a["src"])
+        if tag in {"img", "source"} and a.get("srcset"):
+            self.urls += [part.split()[0] for part in a["srcset"].split(",") if part.strip()]
+        if tag == "link" and a.get("href"):
+            self.urls.append(a["href"])
+        if tag == "object" and a.get("data"):
+            self.urls.append(a["data"])
+        self.urls += _css_loads(a.get("style") or "")
+        self._style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._style = False
+
+    def handle_data(self, data):
+        if self._style:
+            self.urls += _css_loads(data)
+
+
+def _css_loads(css: str) -> list[str]:
+    """The addresses that CSS text loads (url(...) and @import "...")."""
+    urls = re.findall(r"""url\(\s*['"]?([^'")\s]+)""", css)
+    return urls + re.findall(r"""@import\s+['"]([^'"]+)""", css)
+
+
+def remote_loads(page_text: str, css: bool = False) -> list[str]:
+    """The addresses on another host (a scheme or //) that an HTML page, or CSS text, loads."""
+    if css:
+        urls = _css_loads(page_text)
+    else:
+        parser = _Loads()
+        parser.feed(page_text)
+        urls = parser.urls
+    return [u for u in urls if re.match(r"^([a-z][a-z0-9+.-]*:)?//", u, re.I)]
 
 
 def _codes(page: Path) -> set[str]:
@@ -84,13 +133,70 @@ def test_format_reference_lists_every_field(site):
     assert sorted(fields - codes) == []
 
 
-def test_api_reference_documents_the_main_modules(site):
+def test_api_reference_documents_the_public_api(site):
+    import cefl_opt
     page = (site / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("cefl_opt.instance", "cefl_opt.solution", "cefl_opt.system",
-                 "cefl_opt.models.problem", "cefl_opt.solvers.base"):
-        assert f'id="{name}"' in page, name
-    assert 'id="cefl_opt.models.problem.build_problem"' in page
-    assert 'id="cefl_opt.solvers.base.solve"' in page
+    for name in cefl_opt.__all__:
+        assert f'id="cefl_opt.{name}"' in page, name
+    assert page.count('doc-section-title">Parameters') >= 5   # the functions' tables
+
+
+def test_remote_loads_finds_what_a_page_loads_from_another_host():
+    page = """<html><head>
+      <link rel="preconnect" href="https://fonts.gstatic.com">
+      <link rel="stylesheet" href="../assets/main.css">
+      <script src="//cdn.example.org/mathjax.js"></script><script src="js/local.js"></script>
+      <style>@import "https://fonts.example.org/roboto.css"; b {background: url('img/a.png')}</style>
+      </head><body><a href="https://www.pyomo.org">a link loads nothing</a>
+      <img src="http://img.example.org/x.png"><img src="local.png">
+      <p style="background: url(https://bg.example.org/b.png)"></p></body></html>"""
+    assert sorted(remote_loads(page)) == ["//cdn.example.org/mathjax.js",
+                                          "http://img.example.org/x.png",
+                                          "https://bg.example.org/b.png",
+                                          "https://fonts.example.org/roboto.css",
+                                          "https://fonts.gstatic.com"]
+    assert remote_loads("<p><a href='https://x.org'>x</a><img src='a.png'></p>") == []
+    assert remote_loads("@font-face{src:url(https://f.org/a.woff2)} a{b:url(c.png)}",
+                        css=True) == ["https://f.org/a.woff2"]
+
+
+def test_site_loads_nothing_from_another_host(site):
+    bad = {}
+    for path in sorted(site.rglob("*")):
+        if path.suffix in {".html", ".css"}:
+            found = remote_loads(path.read_text(encoding="utf-8", errors="replace"),
+                                 css=path.suffix == ".css")
+            if found:
+                bad[str(path.relative_to(site))] = found
+    assert bad == {}
+
+
+def test_site_serves_its_math_renderer(site):
+    """Every page loads MathJax from the site, and MathJax's fonts and TeX extensions are there
+    (MathJax looks for them beside its script)."""
+    mathjax = site / "javascripts" / "mathjax"
+    assert (mathjax / "tex-mml-chtml.js").stat().st_size > 500_000
+    assert len(list((mathjax / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))) > 20
+    assert (mathjax / "input" / "tex" / "extensions").is_dir()
+    formulation = (site / "formulation" / "index.html").read_text(encoding="utf-8")
+    assert '<script src="../javascripts/mathjax/tex-mml-chtml.js"></script>' in formulation
+    assert formulation.count('class="arithmatex"') > 100
+
+
+def test_every_record_value_is_filled_in(site):
+    left = [str(p.relative_to(site)) for p in site.rglob("*.html")
+            if re.search(r"\[\[rec:[a-z0-9_]+\]\]", p.read_text(encoding="utf-8"))]
+    assert left == []
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "recorded at" in home and "Machines:" in home      # the headline block, filled
+
+
+def test_missing_math_renderer_fails_the_build_with_a_clear_error(monkeypatch, tmp_path):
+    hook = _hook()
+    monkeypatch.setattr(hook.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="MathJax is not installed.*make install"):
+        hook.copy_mathjax(tmp_path)
+    assert not (tmp_path / "javascripts").exists()
 
 
 def test_check_descriptions_against_hand_values():

@@ -320,7 +320,7 @@ def test_flower_app_run_config_defaults_are_the_clis():
     assert {k: (app[k], cli[k]) for k in cli if app[k] != cli[k]} == on_purpose
     keys = {k.replace("-", "_") for k in cfg}
     assert keys - set(app) == {"min_nodes", "round_timeout"}   # the rest are options
-    assert set(app) - keys == {"allow_infeasible", "allow_other_instance"}
+    assert set(app) - keys == {"allow_infeasible", "allow_other_instance", "overwrite"}
 
 
 # ---------------------------------------------------------------- CLI
@@ -335,7 +335,7 @@ def files(tmp_path, net):
 def _train(files, *extra):
     return main(["train", str(files / "net.json"), str(files / "sol.json"), "--dataset",
                  "digits", "--train-rounds", "2", "--no-progress", "--out", str(files / "h.csv"),
-                 *extra])
+                 "--overwrite", *extra])             # the runs share h.csv and its targets table
 
 
 def test_cli_flower_not_installed_is_exit_2(files, monkeypatch, capsys):

@@ -18,9 +18,9 @@ import pytest
 from pyomo.core.expr.visitor import identify_variables
 
 from cefl_opt.generator import make_instance
-from cefl_opt.models import (build_problem, consensus_constraints, constraint_nodes,
-                             extract_solution, load_solution, node_blocks, node_constraints,
-                             node_variables, variable_owner_map)
+from cefl_opt.models import (build_problem, consensus_constraints, extract_solution,
+                             load_solution, node_blocks, node_constraints, node_variables)
+from cefl_opt.models.problem import constraint_nodes, variable_owner_map
 from cefl_opt.system import a_norms, evaluate, gamma_cap, round_terms, step_condition
 
 GBIT = 1e9

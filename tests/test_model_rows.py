@@ -7,7 +7,8 @@ from __future__ import annotations
 import pyomo.environ as pyo
 import pytest
 
-from cefl_opt.models import build_problem, node_blocks, tie_pairs
+from cefl_opt.models import build_problem, node_blocks
+from cefl_opt.models.problem import tie_pairs
 
 from conftest import hand_instance
 
@@ -93,7 +94,7 @@ def test_deferred_rows_are_built_one_node_at_a_time():
     """`build_problem(rows=, defer=True)`: a held node (dc0 excepted: the step row follows its
     rows) has no terms or rows until `build_node_rows`, which builds the full model's, once;
     `drop_node_terms` removes them again and keeps the variables and convex set."""
-    from cefl_opt.models import build_node_rows, drop_node_terms
+    from cefl_opt.models.problem import build_node_rows, drop_node_terms
     tiny = hand_instance()
     held = ["ue0", "bs0", "dc0", f"dc{tiny.S - 1}"]
     full = build_problem(tiny)

@@ -24,6 +24,8 @@ from cefl_opt.solvers.mpi_backend import (MpiUnavailable, mpi_world, node_memory
 HERE = Path(__file__).parent
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
+# under pytest-xdist the mpiexec launches run on one worker, one at a time (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("mpi")
 
 
 def _adj(inst):

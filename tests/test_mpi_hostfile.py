@@ -19,6 +19,8 @@ from cefl_opt.generator import make_instance
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 CLI = Path(sys.executable).parent / "cefl-opt"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
+# under pytest-xdist the mpiexec launches run on one worker, one at a time (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("mpi")
 
 
 def _env():

@@ -24,6 +24,8 @@ from cefl_opt.solvers.decentralized import solve_decentralized
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 CLI = Path(sys.executable).parent / "cefl-opt"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
+# under pytest-xdist the mpiexec launches run on one worker, one at a time (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("mpi")
 MAX_OUTER = 3
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from cefl_opt import cli, system
 from cefl_opt.instance import Instance
+from cefl_opt.pipeline import REPORT_COLUMNS, gap_columns, report_table, solvers_figure
 from cefl_opt.solution import Solution
 
 
@@ -47,7 +48,11 @@ def test_run_writes_a_complete_report(tmp_path, capsys):
     assert solvers["gap_to_best_known"].min() == 0.0
     assert solvers.loc["ipopt-enum", "objective"] <= solvers.loc["greedy-rate", "objective"] + 1e-9
     assert "gap_to_bound" not in solvers          # no method of this run proved a bound
-    assert "no method of this run proved a lower bound" in report
+    assert "No method of this run proved a lower bound" in report
+    # the report's table is the compact one; the CSV keeps every column
+    header = next(ln for ln in report.splitlines() if ln.startswith("| method"))
+    assert [c.strip() for c in header.strip("|").split("|")] == list(REPORT_COLUMNS)
+    assert {"delay_s", "energy_J", "stop_reason", "central_steps"} <= set(solvers.columns)
     # the decentralised method's accounting: no central step, its own stop reason
     assert solvers.loc["decentralized", "central_steps"] == "none"
     assert solvers.loc["decentralized", "stop_reason"] in ("converged", "max_outer")
@@ -79,6 +84,64 @@ def test_gap_columns_against_hand_values():
     assert pd.isna(df["gap_to_best_known"].iloc[2])
     assert "gap_to_bound" not in gap_columns(pd.DataFrame({"method": ["a"], "objective": [1.0],
                                                            "bound": [None]}))
+
+
+def _hand_solvers(bound: float | None = 1.5) -> pd.DataFrame:
+    """Three solved methods and a bound-only row, with round numbers."""
+    return gap_columns(pd.DataFrame({
+        "method": ["decentralized", "decentralized-polish", "no-offload", "decomposed-bound"],
+        "status": ["ok", "ok", "ok", "bound"], "objective": [2.0, 2.000615, 2.5, None],
+        "bound": [None, None, None, bound], "delay_s": [1.0, 1.0, 2.0, None],
+        "energy_J": [3.0, 3.0, 1.0, None], "wall_s": [12.34, 56.0, 0.04, 300.0],
+        "stop_reason": ["converged", "converged", None, None]}))
+
+
+def test_the_report_table_has_the_compact_columns_and_gaps_in_per_cent():
+    """Hand values: gap to best 0.000615 / 2 = 0.0308 % -> '0.03'; to the bound 1.5:
+    (2 - 1.5) / 2 = 25 %, (2.5 - 1.5) / 2.5 = 40 %; '-' where a method has no value."""
+    t = report_table(_hand_solvers()).set_index("method")
+    assert ["method", *t.columns] == list(REPORT_COLUMNS)
+    assert t["gap to best (%)"].tolist() == ["0.00", "0.03", "25.00", "-"]
+    assert t["gap to bound (%)"].tolist() == ["25.00", "25.02", "40.00", "-"]
+    assert t["objective"].tolist() == ["2.000000", "2.000615", "2.500000", "-"]
+    assert t["wall (s)"].tolist() == ["12.3", "56.0", "0.0", "300.0"]
+    assert t.loc["decomposed-bound", "status"] == "bound"
+    no_bound = report_table(_hand_solvers(bound=None))
+    assert no_bound["gap to bound (%)"].eq("-").all()
+    assert report_table(pd.DataFrame({"method": ["m"], "status": ["crashed"]})).iloc[0].tolist() \
+        == ["m", "crashed", "-", "-", "-", "-"]
+
+
+def test_the_objective_chart_draws_the_proven_bound_as_a_horizontal_line():
+    import matplotlib.pyplot as plt
+    fig = solvers_figure(_hand_solvers())
+    lines = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "bound"]
+    assert len(lines) == 1 and set(lines[0].get_ydata()) == {1.5}
+    assert list(lines[0].get_xdata()) == [0, 1]            # axes coordinates: the full width
+    assert fig.axes[0].get_ylim()[1] > 2.5                  # every bar and the line in view
+    plt.close(fig)
+    fig = solvers_figure(_hand_solvers(bound=None))
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "bound"]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("n", [3, 8, 14])
+def test_the_method_names_under_the_charts_do_not_overlap(n):
+    """The drawn tick labels' boxes are pairwise disjoint for the default methods and more."""
+    import matplotlib.pyplot as plt
+    from cefl_opt.pipeline import DEFAULT_METHODS
+    names = [*DEFAULT_METHODS, "centralized-pd", "ipopt-enum-restarts", "random-search"] * 2
+    names = [f"{m}-{i}" if i >= len(DEFAULT_METHODS) else m for i, m in enumerate(names[:n])]
+    df = gap_columns(pd.DataFrame({"method": names, "status": "ok",
+                                   "objective": [1.0 + i for i in range(n)],
+                                   "delay_s": 1.0, "energy_J": 1.0, "wall_s": 1.0}))
+    fig = solvers_figure(df)
+    fig.canvas.draw()
+    labels = fig.axes[-1].get_xticklabels()
+    assert [lb.get_text().replace("\n", "") for lb in labels] == names
+    boxes = [lb.get_window_extent() for lb in labels]
+    assert all(boxes[i].x1 < boxes[i + 1].x0 for i in range(n - 1))
+    plt.close(fig)
 
 
 def test_run_rejects_an_unknown_method_before_writing(tmp_path, capsys):
@@ -140,4 +203,7 @@ def test_the_report_gives_the_gap_to_a_proven_bound(tmp_path, monkeypatch):
     got = df.loc[["greedy-rate", "ipopt-enum"], "gap_to_bound"]
     want = (df.loc[got.index, "objective"] - bound) / df.loc[got.index, "objective"]
     assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12) and (got >= -1e-12).all()
-    assert "`gap_to_bound`" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert f"Best proven lower bound: {bound:.7g} (`decomposed-bound`)" in report
+    row = next(ln for ln in report.splitlines() if ln.startswith("| ipopt-enum"))
+    assert f"{100 * df.loc['ipopt-enum', 'gap_to_bound']:.2f} |" in row

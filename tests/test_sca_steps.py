@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cefl_opt.generator import make_instance
-from cefl_opt.models import EPIGRAPH_LEVELS
+from cefl_opt.models.problem import EPIGRAPH_LEVELS
 from cefl_opt.solvers.dec_comm import LocalComm
 from cefl_opt.solvers.decentralized import DistributedEvaluator
 from cefl_opt.solvers.primal_dual import InnerSolver, resolve_constants

@@ -30,7 +30,9 @@ cannot show are written as backslash escapes (``PYTHONIOENCODING=ascii``).
 
 Every failure is one line ``cefl-opt: error: <message>`` on stderr, never a traceback (set
 ``CEFL_OPT_DEBUG=1`` to get it), and leaves no output file behind: outputs are written
-atomically (:mod:`cefl_opt.io`), the last step of a command.
+atomically (:mod:`cefl_opt.io`), the last step of a command. The libraries' own diagnostics
+(Pyomo's log, numpy's RuntimeWarnings) are kept off the standard streams (``CEFL_OPT_DEBUG=1``
+shows them).
 """
 from __future__ import annotations
 
@@ -42,10 +44,11 @@ import math
 import os
 import signal
 import sys
+import warnings
 from typing import Callable, Sequence
 
 from .. import io as cefl_io
-from ..io import InputError
+from ..io import SEED_MAX, THREADS_MAX, InputError
 
 PROG = "cefl-opt"
 EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
@@ -75,8 +78,8 @@ def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = 
     """An argparse type: a finite number (an integer if `integer`) with lo <= x (lo < x when
     `lo_open`) and x <= hi; a bad value is a usage error naming the option and the value."""
     want = "an integer" if integer else "a finite number"
-    rng = [f"{'>' if lo_open else '>='} {lo:g}" if lo is not None else "",
-           f"<= {hi:g}" if hi is not None else ""]
+    rng = [f"{'>' if lo_open else '>='} {_num(lo)}" if lo is not None else "",
+           f"<= {_num(hi)}" if hi is not None else ""]
     text = f"must be {want}" + (" " + " and ".join(r for r in rng if r) if any(rng) else "")
 
     def parse(s: str):
@@ -92,9 +95,15 @@ def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = 
     return parse
 
 
+def _num(x: float) -> str:
+    """A range end in a message: integers exactly (4294967295, not 4.29497e+09)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 POSITIVE = number(lo=0, lo_open=True)
 COUNT = number(lo=1, integer=True)           # a count of at least one
-SEED = number(lo=0, integer=True)
+SEED = number(lo=0, hi=SEED_MAX, integer=True)              # cefl_opt.io: numpy's range
+THREADS = number(lo=1, hi=THREADS_MAX, integer=True)        # train and estimate (torch)
 
 
 class Deprecated(argparse.Action):
@@ -129,18 +138,26 @@ def add_display_flags(p: argparse.ArgumentParser) -> None:
     ``--quiet``. They change what is shown, never what is computed or written."""
     g = p.add_argument_group("display")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars on stderr (train, run: on)")
+                   help="progress bars on stderr (train, run: on a TTY)")
     g.add_argument("--quiet", action="store_true",
                    help="nothing on stdout (errors still go to stderr)")
 
 
 def show_progress(args: argparse.Namespace, default: bool) -> bool:
-    """The display switch of a command whose own default is `default` (``--quiet`` turns
-    the default off; an explicit ``--progress/--no-progress`` wins)."""
+    """The display switch of a command whose own default is `default`: on only when stderr is
+    a terminal (a log gets the commands' one line per phase, not a bar's frames); ``--quiet``
+    turns the default off; an explicit ``--progress/--no-progress`` wins."""
     p = getattr(args, "progress", None)
     if p is None:
-        return default and not getattr(args, "quiet", False)
+        return default and not getattr(args, "quiet", False) and _stderr_is_terminal()
     return bool(p)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):   # a replaced or closed stream
+        return False
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser):
@@ -207,7 +224,7 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-        with _quiet_stdout(getattr(args, "quiet", False)):
+        with _quiet_stdout(getattr(args, "quiet", False)), _quiet_libraries(debug):
             code = int(args.func(args) or 0)
         cefl_io.check_interrupt()   # a Ctrl-C whose KeyboardInterrupt was swallowed on the way
         sys.stdout.flush()          # a pipe closed by its reader fails here, not at exit
@@ -251,6 +268,26 @@ def _quiet_stdout(quiet: bool):
         return
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
         yield
+
+
+@contextlib.contextmanager
+def _quiet_libraries(debug: bool):
+    """The libraries' own diagnostics stay off the standard streams, where the command's lines
+    are the message: Pyomo's log (e.g. W1002, a solver's value a rounding error outside a variable's
+    bounds) and numpy's RuntimeWarnings (overflow, invalid value: the commands check every
+    result they write or report for finiteness). ``CEFL_OPT_DEBUG=1`` shows them."""
+    if debug:
+        yield
+        return
+    pyomo = logging.getLogger("pyomo")
+    level = pyomo.level
+    pyomo.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            yield
+    finally:
+        pyomo.setLevel(level)
 
 
 def _ours_to_replace(handler, default) -> bool:

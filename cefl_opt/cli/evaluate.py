@@ -18,7 +18,11 @@ def register(sub) -> None:
     e = sub.add_parser("evaluate", help="objective, delays, energies and feasibility of a solution",
                        description="Evaluate a solution (cefl-solution/1) on an instance with the "
                                    "numpy system model: objective, its three terms, the ML bound's "
-                                   "parts and a per-round table. Exit 0 when the solution is "
+                                   "parts and a per-round table. The objective's weights are "
+                                   "those the solution records (its 'weights', which solve "
+                                   "writes; the instance's when it records none), with a note "
+                                   "on stderr when they differ from the instance's. Exit 0 "
+                                   "when the solution is "
                                    "feasible (every constraint within cefl_opt.system.FEAS_TOL), "
                                    "1 when infeasible, 2 on bad input.")
     add_inputs(e, "solution JSON (cefl-solution/1)")
@@ -48,6 +52,10 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _weights_text(w: dict) -> str:
+    return ", ".join(f"{k} {v:.6g}" for k, v in w.items())
+
+
 ROUND_KEYS = ("dA", "dR", "delay", "energy", "energy_raw", "E_D_ue", "E_D_bs", "E_P_ue", "E_P_dc",
               "E_A", "E_R", "aggregator")
 
@@ -56,7 +64,7 @@ def cmd_evaluate(args) -> int:
     import pandas as pd
 
     from ..solution import Solution
-    from ..system import FEAS_TOL, constraint_violations, evaluate
+    from ..system import FEAS_TOL, constraint_violations, evaluate, objective_weights
 
     if args.json:
         check_distinct([("--json", args.json)], [args.net, args.sol])
@@ -67,16 +75,19 @@ def cmd_evaluate(args) -> int:
     if note:
         print(note, file=sys.stderr)
     viol = constraint_violations(inst, sol, bound=args.bound)
+    w = objective_weights(inst, sol.weights)
+    if w != objective_weights(inst):
+        print(f"note: scored with the weights the solution records ({_weights_text(w)}), not "
+              f"the instance's ({_weights_text(objective_weights(inst))})", file=sys.stderr)
     try:
         with np.errstate(all="ignore"):
-            ev = evaluate(inst, sol, bound=args.bound)
+            ev = evaluate(inst, sol, bound=args.bound, weights=w)
     except (ValueError, ZeroDivisionError, FloatingPointError) as e:
         if not viol:
             raise
         ev = None  # the objective is undefined outside the bounds (e.g. m = 0, gamma < 0)
         err = str(e)
 
-    w = {"xi1": inst.xi1, "xi2": inst.xi2, "xi3": inst.xi3}
     print(f"instance {inst.name}; solution by {sol.method} ({sol.status}); bound {args.bound}")
     if ev is not None:
         print(f"objective {ev.objective:.10g}")

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_json_atomic
+from ..io import check_distinct, check_writable, json_text, write_all_atomic
 from ..learning.data import DATASETS
 from ..learning.models import MODELS
 from ..learning.options import (TrainOptions, add_train_flags, prepare_train,
                                 write_train_outputs)
 from ..learning.options import parse_targets as _parse_targets
-from . import COUNT, POSITIVE, SEED, OptionError, add_inputs, deprecated, number, show_progress
+from . import (COUNT, POSITIVE, SEED, THREADS, THREADS_MAX, OptionError, add_inputs, deprecated,
+               number, show_progress)
 
 EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 
@@ -60,6 +61,8 @@ def register(subparsers) -> None:
     e.add_argument("--sol", default=None,
                    help="solution JSON: estimate on the DPUs' data after its offloading "
                         "(default: UEs' data only; the DCs get the UEs' largest Theta)")
+    e.add_argument("--allow-other-instance", action="store_true",
+                   help="--sol: use a solution that records another instance's fingerprint")
     e.add_argument("--dynamic", action="store_true",
                    help="Alg. dynamic_est_algo over the instance's rounds (running maximum)")
     e.add_argument("--draws", type=COUNT, default=10, dest="J",
@@ -76,7 +79,8 @@ def register(subparsers) -> None:
     deprecated(e, "--L-method", command="estimate", use="--lipschitz-method", dest="L_method",
                choices=("pairs", "hessian"))
     e.add_argument("--seed", type=SEED, default=0)
-    e.add_argument("--threads", type=COUNT, default=None)
+    e.add_argument("--threads", type=THREADS, default=None,
+                   help=f"torch CPU threads (at most {THREADS_MAX})")
     e.add_argument("--out", required=True, help="JSON of the estimates")
     e.add_argument("--apply", default=None, metavar="OUT_NET",
                    help="also write the instance with L, Theta, zeta1, zeta2, sigma replaced "
@@ -157,13 +161,14 @@ def cmd_estimate(args) -> int:
     inputs = [args.net] + ([args.sol] if args.sol else [])
     # --apply may name the instance itself (it is replaced atomically), not the solution
     check_distinct([("--out", args.out)], inputs)
-    check_distinct([("--apply", args.apply)], inputs[1:] + [args.out])
+    check_distinct([("--apply", args.apply)], inputs[1:])
+    check_distinct([("--out", args.out), ("--apply", args.apply)], [])   # one file, two outputs
     for option, path in (("--out", args.out), ("--apply", args.apply)):
         if path is not None:
             check_writable(path, option)
     _threads(args.threads)
     inst = Instance.load(args.net)
-    sol = Solution.load(args.sol, inst) if args.sol else None
+    sol = _estimate_solution(inst, args) if args.sol else None
     X, y, _, _ = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     n_classes = int(np.max(y)) + 1
     model = make_model(args.model, X.shape[1:], n_classes, seed=args.seed)
@@ -179,13 +184,32 @@ def cmd_estimate(args) -> int:
     est.update({"dataset": args.dataset, "model": args.model, "instance": str(args.net)})
     applied = (apply_estimates(inst, est, renormalise=False if args.keep_weights else None)
                if args.apply else None)                             # fails before any write
-    write_json_atomic(args.out, est)
+    items = [(args.out, json_text(est, args.out))]
+    if applied is not None:
+        items.append((args.apply, json_text(applied.to_dict(), args.apply)))
+    write_all_atomic(items)                                         # both or neither
     print(f"L {est['L']:.4g}  zeta1 {est['zeta1']:.4g}  zeta2 {est['zeta2']:.4g}  Theta max "
           f"{max(est['Theta']):.4g} (scaled by {args.scale}; {est['method']}, {args.J} draws); "
           f"sigma {min(est['sigma']):.4g}..{max(est['sigma']):.4g} (not scaled)")
     print(f"wrote {args.out}")
     if applied is not None:
-        applied.save(args.apply)
         kept = all(getattr(applied, k) == getattr(inst, k) for k in ("xi1", "xi2", "xi3"))
         print(f"wrote {args.apply} (weights xi {'kept' if kept else 'renormalised'})")
     return 0
+
+
+def _estimate_solution(inst, args):
+    """`--sol` for `inst`: its sizes and recorded instance fingerprint checked as `train`
+    checks them (`--allow-other-instance` relaxes the fingerprint to a note), and every
+    round's shares able to move real data (`learning.offload.check_shares`)."""
+    from ..learning.offload import check_shares
+    from ..orchestration import check_solution_matches
+    from ..solution import Solution
+
+    sol = Solution.load(args.sol, inst)
+    note = check_solution_matches(inst, sol, args.sol, allow_other=args.allow_other_instance)
+    if note:
+        print(note, file=sys.stderr)
+    for t, r in enumerate(sol.rounds):
+        check_shares(r.rho_nb, r.rho_bs, where=f"solution '{args.sol}' round {t}: ")
+    return sol

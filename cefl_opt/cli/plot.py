@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..instance import Instance
-from ..io import (InputError, check_distinct, check_writable, figure_bytes, figure_format,
-                  write_all_atomic)
+from ..io import (InputError, check_distinct, check_new, check_writable, figure_bytes,
+                  figure_format, write_all_atomic)
 from . import COUNT, PROG, SEED, add_inputs
 
 DEFAULT_THIN = 40   # = cefl_opt.orchestration_plot.UE_THIN (not imported: `--help` stays light)
@@ -35,7 +35,9 @@ def register(sub) -> None:
                    help="the orchestration figure (.png, .svg or .pdf; written atomically)")
     p.add_argument("--costs", default=None, metavar="FIG",
                    help="the cost breakdown figure (default: FIG with '_costs' before the "
-                        "extension)")
+                        "extension; an existing file there is replaced only with --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing default --costs figure (FIG_costs)")
     p.add_argument("--csv", default=None, metavar="CSV",
                    help="also write the cost breakdown as a table: one row per solution, round "
                         "and node")
@@ -89,6 +91,8 @@ def cmd_plot(args) -> int:
     for option, path in outputs:
         if path is not None:
             check_writable(path, option)
+    if args.costs is None:
+        check_new(costs, "--out", overwrite=args.overwrite)
     inst = Instance.load(args.net)
     sols, notes = load_checked(inst, args.sols, allow_other=args.allow_other_instance)
     for note in notes:

@@ -6,7 +6,8 @@ or interrupted run leaves no report folder (and no file in an existing one) behi
 
 ``--out`` is a new folder or an empty one; an existing folder with files in it is refused
 (exit 2) unless ``--overwrite``, which replaces it whole (its old files go, none is mixed with
-the new run's). A symbolic link is followed: the folder it points to is the report folder. The
+the new run's). It may not hold the current folder, ``--cache-dir`` or ``--data-dir``, and its
+parent must be writable; both are checked before any work, with the methods (each once). A symbolic link is followed: the folder it points to is the report folder. The
 report folder gets the permissions the umask gives a new folder.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..io import InputError, check_interrupt
+from ..io import InputError, OutputWriteError, check_interrupt
 from . import COUNT, SEED, OptionError, show_progress
 
 
@@ -66,6 +67,10 @@ def check_args(args: argparse.Namespace) -> list[str]:
     if missing or not meths:
         raise OptionError(f"option '--methods' value {args.methods!r} names unknown method(s) "
                           f"{missing}: choose from {sorted(avail)}")
+    twice = sorted({m for m in meths if meths.count(m) > 1})
+    if twice:
+        raise OptionError(f"option '--methods' value {args.methods!r} names {twice[0]!r} more "
+                          f"than once")
     if not (args.skip_training and args.placeholder_constants):  # the data set is used
         from ..learning.data import DATASETS
         from ..learning.models import MODELS
@@ -75,13 +80,32 @@ def check_args(args: argparse.Namespace) -> list[str]:
                 raise OptionError(f"option '{option}' value {value!r} is not one of "
                                   f"{list(choices)}")
         args.target_list = parse_targets(args.targets)
+    _check_out(args)
+    return meths
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """The report folder --out: a new or empty folder (or --overwrite), whose parent can be
+    written, that holds neither the current folder nor the --cache-dir or --data-dir (the
+    report replaces it whole)."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise OptionError(f"option '--out' value '{out}' exists and is not a folder")
+    real = Path(os.path.realpath(out))
+    for what, inner in (("the current folder", "."), ("option '--cache-dir'", args.cache_dir),
+                        ("option '--data-dir'", args.data_dir)):
+        if inner is not None and _within(Path(os.path.realpath(inner)), real):
+            raise OptionError(f"option '--out' value '{out}' holds {what} ('{inner}'), which "
+                              f"the report folder would replace; choose another folder")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise OptionError(f"option '--out' value '{out}' is a folder with files in it; choose "
                           f"a new or empty folder, or pass --overwrite to replace it whole")
-    return meths
+    _check_creatable(real.parent)
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """`path` is `folder` or inside it (both resolved)."""
+    return path == folder or folder in path.parents
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -93,7 +117,6 @@ def run_main(args: argparse.Namespace) -> int:
         data = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     out = Path(os.path.realpath(args.out)) if Path(args.out).is_symlink() else Path(args.out)
     created = _first_missing(out.parent)          # a folder this run creates above --out
-    _check_creatable(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     umask = os.umask(0)
@@ -109,6 +132,11 @@ def run_main(args: argparse.Namespace) -> int:
                      progress=show_progress(args, True))
         _move_into_place(stage, out)
         ok = True
+    except OutputWriteError as e:     # a report file (a full disk): named as --out's, not stage's
+        name = Path(e.filename or "")
+        if stage in name.parents:
+            name = Path(args.out) / name.relative_to(stage)
+        raise OutputWriteError(e.errno, e.strerror, os.fspath(name)) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if not ok and created is not None:
@@ -128,11 +156,19 @@ def _first_missing(folder: Path) -> Path | None:
 
 
 def _check_creatable(folder: Path) -> None:
+    """InputError unless the report can be moved into `folder` (created when missing): its
+    nearest existing ancestor is a writable folder."""
     p = folder
     while not p.exists() and p != p.parent:
         p = p.parent
-    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        raise InputError(f"option '--out': folder '{folder}' cannot be created in '{p}'")
+    if not p.is_dir():
+        raise InputError(f"option '--out': folder '{folder}' cannot be created: '{p}' is not "
+                         f"a folder")
+    if not os.access(p, os.W_OK | os.X_OK):
+        if p == folder:
+            raise InputError(f"option '--out': folder '{folder}' is not writable")
+        raise InputError(f"option '--out': folder '{folder}' cannot be created: '{p}' is not "
+                         f"writable")
 
 
 def _move_into_place(stage: Path, out: Path) -> None:

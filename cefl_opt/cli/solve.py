@@ -2,8 +2,8 @@
 
 Order of work: every option is checked (ranges, an output that is one of the inputs, writable
 outputs), then the instance is loaded and solved, then the solution is written atomically and,
-last, the ``--trace`` CSV is moved into place (it is written to a temporary file in the target
-folder during the solve and removed when no solution is written).
+with it the ``--trace`` CSV, both or neither (the trace is written to a temporary file during
+the solve and removed when no solution is written).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..instance import Instance
-from ..io import check_distinct, check_writable, write_atomic, write_json_atomic
+from ..io import check_distinct, check_writable, json_text, write_all_atomic, write_json_atomic
 import numpy as np
 
 from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, _fail
@@ -27,10 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="solve Problem P on an instance",
                        usage="%(prog)s NET --method METHOD --out OUT [options]",
                        formatter_class=_Formatter,
-                       description="Solve P with a named method. Exit 0: solution written "
-                                   "(decomposed-bound: its bound's report);\n2: bad input; 3: "
-                                   "infeasible instance; 4: no solution (time limit,\nsolver "
-                                   "failure).\n\nmethods:\n"
+                       description="Solve P with a named method. Exit 0: written (decomposed-"
+                                   "bound: its report);\n2: bad input; 3: infeasible; 4: no "
+                                   "solution (time limit, solver failure).\n\nmethods:\n"
                                    + "\n".join(f"  {k:21s}{_first_clause(v)}"
                                                for k, v in descs.items()),
                        epilog="A flag or --set key that the method does not take is an error.")
@@ -81,16 +80,20 @@ def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
             for spelling, value in ((flag, "true"), ("--no-" + flag[2:], "false")):
                 deprecated(p, spelling, command="solve", use=f"--set {f.name}={value}",
                            dest="set_items", nargs=0,
-                           store=_appender(f"{f.name}={value}"))
+                           store=_appender(f"{f.name}={value}", spelling))
         else:
             deprecated(p, flag, command="solve", use=use, dest="set_items", metavar="VALUE",
-                       store=_appender(f"{f.name}=" + "{}"))
+                       store=_appender(f"{f.name}=" + "{}", flag))
 
 
-def _appender(item: str):
-    """store(namespace, value) of a deprecated flag: one more --set item."""
+def _appender(item: str, flag: str):
+    """store(namespace, value) of the deprecated flag `flag`: one more --set item, which
+    messages name by `flag`."""
+    from ..solvers.options import SetItem
+
     def store(ns: argparse.Namespace, value) -> None:
-        ns.set_items = [*(getattr(ns, "set_items", None) or []), item.format(value)]
+        ns.set_items = [*(getattr(ns, "set_items", None) or []),
+                        SetItem(item.format(value), flag)]
     return store
 
 
@@ -123,6 +126,11 @@ def run_solve(args: argparse.Namespace) -> int:
         res = solve(inst, args.method, opts, isolate=True)
         if res.rank != 0:                  # an MPI process other than 0: it writes nothing
             return EXIT_OK
+        ev = None
+        if res.solution is not None:       # one number printed and written: the evaluation's
+            with np.errstate(all="ignore"):
+                ev = system.evaluate(inst, res.solution, bound=opts.bound, weights=opts.weights)
+            res.objective = ev.objective
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.reasons
@@ -141,20 +149,20 @@ def run_solve(args: argparse.Namespace) -> int:
             return _fail(f"method '{args.method}' found no solution (status {res.status}"
                          + (f": {why}" if why else "") + f"); nothing written to "
                          f"'{args.out}'", EXIT_NO_SOLUTION)
-        with np.errstate(all="ignore"):
-            ev = system.evaluate(inst, res.solution, bound=opts.bound)
         bad = [k for k, v in {"objective": ev.objective, **ev.terms}.items()
                if not np.isfinite(v)]
         if bad:
             return _fail(f"method '{args.method}' returned a point whose {bad[0]} is not "
                          f"finite; nothing written to '{args.out}'", EXIT_NO_SOLUTION)
         res.solution.objective, res.solution.terms = ev.objective, ev.terms
-        res.solution.save(args.out)
+        items = [(args.out, json_text(res.solution.to_dict(), args.out))]
+        if tmp_trace is not None and os.path.getsize(tmp_trace):
+            items.append((trace, Path(tmp_trace).read_bytes()))
+        write_all_atomic(items)             # the solution and its trace: both or neither
         print(f"wrote {args.out}: objective {ev.objective:.8g} (ml_bound "
               f"{ev.terms['ml_bound']:.6g}, delay {ev.terms['delay']:.6g} s, energy "
               f"{ev.terms['energy']:.6g} J)")
-        if tmp_trace is not None and os.path.getsize(tmp_trace):
-            write_atomic(trace, Path(tmp_trace).read_bytes())
+        if len(items) > 1:
             print(f"wrote {trace}")
         return EXIT_OK
     finally:

@@ -38,6 +38,27 @@ def largest_remainder(total: int, shares) -> np.ndarray:
     return k
 
 
+#: slack of the share checks: a solver's round-off (P's own feasibility tolerance is 1e-6)
+SHARE_TOL = 1e-6
+
+
+def check_shares(rho_nb, rho_bs, where: str = "") -> None:
+    """InstanceError unless the shares can move real data: every rho >= 0 and each UE sends
+    at most all of its data (sum_b rho_nb <= 1, eq. rhoUE-BS), within `SHARE_TOL` (rho_bs is
+    normalised per BS by `offload_counts`). `where` prefixes the message."""
+    rho_nb, rho_bs = np.asarray(rho_nb, float), np.asarray(rho_bs, float)
+    for name, rho in (("rho_nb", rho_nb), ("rho_bs", rho_bs)):
+        if rho.size and rho.min() < -SHARE_TOL:
+            idx = np.unravel_index(int(np.argmin(rho)), rho.shape)
+            raise InstanceError(f"{where}field '{name}' has a negative share "
+                                f"{rho[idx]:.6g} at {list(map(int, idx))}")
+    sent = rho_nb.sum(axis=1)
+    if sent.size and sent.max() > 1.0 + SHARE_TOL:
+        n = int(np.argmax(sent))
+        raise InstanceError(f"{where}field 'rho_nb': UE {n} offloads {100 * sent[n]:.6g} % of "
+                            f"its data (sum_b rho_nb = {sent[n]:.6g} > 1)")
+
+
 def offload_counts(sizes, rho_nb, rho_bs):
     """Integer data movement of one round.
 
@@ -45,6 +66,7 @@ def offload_counts(sizes, rho_nb, rho_bs):
     DC s, and the samples each DPU (N UEs then S DCs) trains on. ``sum(D) == sum(sizes)``.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
+    check_shares(rho_nb, rho_bs)
     rho_nb = np.clip(np.asarray(rho_nb, dtype=float), 0.0, 1.0)
     rho_bs = np.clip(np.asarray(rho_bs, dtype=float), 0.0, 1.0)
     N, B = rho_nb.shape

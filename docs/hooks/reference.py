@@ -13,6 +13,10 @@ file in the repository:
 
 An unknown marker, or a generator that fails, fails the build.
 
+The site renders its formulas offline: `on_post_build` copies MathJax 3 (the static files of
+the dev extra's `django-static-mathjax`) into `javascripts/mathjax/`, and the theme loads no
+fonts from another host (`theme.font: false` in mkdocs.yml).
+
 The package's folders do not nest as its modules do (`pyproject.toml`'s package-dir puts
 `cefl_opt.models` in `models/` and `cefl_opt.solvers` in `solvers/`), so mkdocstrings could not
 find them by path. `lay_out_package()` builds the installed layout from links under
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import inspect
 import re
 import shutil
@@ -161,12 +166,13 @@ def describe_check(check: Callable | None, choices: tuple | None) -> str:
         return ""
     owner = check.__qualname__.split(".<locals>")[0]
     cells = dict(zip(check.__code__.co_freevars, (c.cell_contents for c in check.__closure__ or ())))
+    from cefl_opt.solvers.options import _num
     if owner == "at_least":
-        return f"≥ {cells['lo']:g}"
+        return f"≥ {_num(cells['lo'])}"
     if owner == "in_interval":
         lo = "(" if cells.get("lo_open") else "["
         hi = ")" if cells.get("hi_open") else "]"
-        return f"in {lo}{cells['lo']:g}, {cells['hi']:g}{hi}"
+        return f"in {lo}{_num(cells['lo'])}, {_num(cells['hi'])}{hi}"
     if owner == "positive":
         return "> 0"
     doc = inspect.getdoc(check)
@@ -178,16 +184,6 @@ def _type_name(hint: Any) -> str:
     if args and len(args) < len(typing.get_args(hint)):
         return " | ".join(getattr(a, "__name__", str(a)) for a in args) + " | None"
     return getattr(hint, "__name__", str(hint))
-
-
-def _field_default(f: dataclasses.Field) -> str:
-    if f.metadata.get("default_doc"):
-        return f.metadata["default_doc"]
-    if f.default is not dataclasses.MISSING:
-        return _code(repr(f.default))
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return _code(repr(f.default_factory()))  # type: ignore[misc]
-    return ""
 
 
 def _how_set(cls: type, f: dataclasses.Field, hints: dict) -> str:
@@ -208,22 +204,27 @@ def _how_set(cls: type, f: dataclasses.Field, hints: dict) -> str:
     return set_
 
 
-def options_rows(cls: type) -> list[list[str]]:
+def options_rows(cls: type, fields: list[dataclasses.Field]) -> list[list[str]]:
+    from cefl_opt.solvers.options import default_text
     hints = typing.get_type_hints(cls)
     rows = []
-    for f in dataclasses.fields(cls):
+    for f in fields:
         meta = f.metadata
-        rows.append([_code(f.name), _code(_type_name(hints[f.name])), _field_default(f),
+        rows.append([_code(f.name), _code(_type_name(hints[f.name])), _code(default_text(f)),
                      describe_check(meta.get("check"), meta.get("choices")),
                      _how_set(cls, f, hints), meta.get("doc", "")])
     return rows
 
 
 def gen_options() -> str:
+    """Each options class's fields in the groups of `--list-options` (`option_groups`), with
+    their actual defaults (`default_text`), then the display switch every class has."""
     from cefl_opt.solvers.base import options_classes
+    from cefl_opt.solvers.options import option_groups
     by_class: dict[type, list[str]] = {}
     for method, cls in options_classes().items():
         by_class.setdefault(cls, []).append(method)
+    head = ["field", "type", "default", "check", "command line", "meaning"]
     out = []
     for cls, meths in by_class.items():
         out += [f"### `{cls.__name__}`", "",
@@ -231,8 +232,12 @@ def gen_options() -> str:
         doc = inspect.getdoc(cls)
         if doc and not doc.startswith(cls.__name__ + "("):  # not the dataclass signature
             out += [doc, ""]
-        out += [_table(["field", "type", "default", "check", "command line", "meaning"],
-                       options_rows(cls)), ""]
+        for group, fields in option_groups(cls):
+            out += [f"**{group[0].upper() + group[1:]}**", "",
+                    _table(head, options_rows(cls, fields)), ""]
+        display = [f for f in dataclasses.fields(cls) if f.metadata.get("display")]
+        if display:
+            out += ["**Display**", "", _table(head, options_rows(cls, display)), ""]
     return "\n".join(out)
 
 
@@ -358,7 +363,37 @@ def lay_out_package(root: Path = ROOT, dest: Path = API_DIR) -> None:
             (target / src.name).symlink_to(src)
 
 
+#: The parts of MathJax's es5 folder the site does not need: the speech engine, the SVG and
+#: MathML-only combined components and the Node entry point.
+MATHJAX_SKIP = ("sre", "svg", "*-svg.js", "*-full*.js", "mml-chtml.js", "node-main.js")
+
+
+def mathjax_source() -> Path:
+    """MathJax 3's es5 folder as installed by the `django-static-mathjax` package; a clear
+    error when it is absent (the site would show raw TeX)."""
+    spec = importlib.util.find_spec("mathjax")
+    es5 = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
+    if es5 is None or not (es5 / "tex-mml-chtml.js").is_file():
+        raise FileNotFoundError("docs: MathJax is not installed (the dev extra's "
+                                "django-static-mathjax); run `make install`")
+    return es5
+
+
+def copy_mathjax(site_dir: Path) -> Path:
+    """MathJax's combined TeX component, its extensions and its CHTML fonts under
+    `site_dir/javascripts/mathjax/`, where mkdocs.yml's extra_javascript loads it."""
+    dest = site_dir / "javascripts" / "mathjax"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(mathjax_source(), dest, ignore=shutil.ignore_patterns(*MATHJAX_SKIP))
+    return dest
+
+
 lay_out_package()
+
+
+def on_post_build(config) -> None:  # MkDocs' API
+    copy_mathjax(Path(config["site_dir"]))
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs' API

@@ -1,0 +1,166 @@
+"""The headline numbers of the README and the documentation are the measurement records'
+(`docs/results/records/*.csv`, through `docs/hooks/records.py`): every record block of every
+page agrees with the records, every inline value resolves, the detailed tables agree with the
+rows they were transcribed to, and no page speaks of releases the project has not made."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hook(records: Path | None = None):
+    spec = importlib.util.spec_from_file_location("docs_records_hook",
+                                                  ROOT / "docs" / "hooks" / "records.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if records is not None:
+        mod.RECORDS = records
+    return mod
+
+
+@pytest.fixture(scope="module")
+def hook():
+    return _hook()
+
+
+def _write(path: Path, head: list[str], rows: list[list]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        w.writerows(rows)
+
+
+def test_values_from_hand_records(tmp_path):
+    m = "hand machine"
+    rows = []
+    # best known per seed is the least of the three methods; dec gaps 0 %, 1 %, 3 %
+    for seed, dec, pol, enum, bound in ((1, 1.00, 1.10, 1.00, 0.90), (2, 2.02, 2.00, 2.01, 1.90),
+                                        (3, 1.03, 1.05, 1.00, 0.95)):
+        rows += [["paper", seed, "decentralized", dec, 40, 30 + seed, "aaaaaaa", m],
+                 ["paper", seed, "decentralized-polish", pol, 9, 9, "bbbbbbb", m],
+                 ["paper", seed, "ipopt-enum", enum, 300, 120 * seed, "aaaaaaa", m],
+                 ["paper", seed, "decomposed-bound", bound, "", "", "bbbbbbb", m]]
+    rows += [["small", 7, meth, obj, 1, 1, "aaaaaaa", m] for meth, obj in
+             (("decentralized", 1.005), ("decentralized-polish", 1.0), ("ipopt-enum", 1.0))]
+    _write(tmp_path / "dec_quality.csv", ["preset", "seed", "method", "objective", "wall_s",
+                                          "cpu_s", "commit", "machine"], rows)
+    _write(tmp_path / "mpi_scale.csv", ["ues", "bss", "dcs", "ranks", "wall_s", "peak_rss_mb",
+                                        "objective", "commit", "machine"],
+           [[200, 40, 10, 1, 20.0, 400, 1, "ccccccc", m], [200, 40, 10, 2, 15.0, 300, 1, "ccccccc", m],
+            [1000, 100, 20, 1, 100.0, 2000, 1, "ccccccc", m],
+            [1000, 100, 20, 2, 90.0, 1000, 1, "ccccccc", m],
+            [5000, 500, 50, 2, 1800, 9000, "", "ccccccc", m]])
+    _write(tmp_path / "inner_cost.csv", ["ues", "ratio_of_medians", "commit", "machine"],
+           [[20, 1.5, "ddddddd", m], [50, 0.9, "ddddddd", m]])
+    _write(tmp_path / "exp1_energy.csv", ["pair", "seed", "accuracy_pct", "energy_saving_pct",
+                                          "commit", "machine"],
+           [["3/3", 0, 70, 20.0, "eeeeeee", m], ["3/3", 0, 60, 10.0, "eeeeeee", m]])
+    _write(tmp_path / "flower.csv", ["engine", "like_for_like_ratio", "commit", "machine"],
+           [["local", 1.0, "fffffff", m], ["flower", 1.25, "fffffff", m]])
+    v = _hook(tmp_path).values()
+    assert v["dec_paper_median_gap"] == "+1.00 %" and v["dec_paper_max_gap"] == "+3.00 %"
+    assert v["dec_paper_worst_seed"] == "3" and v["dec_paper_cpu_max"] == "33 s"
+    assert v["dec_small_max_gap"] == "+0.50 %"
+    # bound gaps (best - bound) / best: 10 %, 5 %, 5 %
+    assert (v["bound_median_gap"], v["bound_max_gap"], v["bound_min_gap"]) == (
+        "5.0 %", "10.0 %", "5.0 %")
+    assert v["enum_best_everywhere"] == "not every"          # seed 2: polish is best
+    assert (v["enum_paper_cpu_min_min"], v["enum_paper_cpu_max_min"]) == ("2", "6")
+    assert (v["mpi_200_time_ratio"], v["mpi_200_mem_ratio"]) == ("0.75x", "0.75x")
+    assert (v["mpi_1000_time_ratio"], v["mpi_1000_mem_ratio"]) == ("0.90x", "0.50x")
+    assert (v["mpi_5000_wall"], v["mpi_5000_mem"]) == ("30.0 min", "9.0 GB")
+    assert v["inner_cost_range"] == "0.90–1.50x"
+    assert v["exp1_savings"] == "−10.0 / −20.0 %" and v["exp1_accuracies"] == "60 / 70"
+    assert v["flower_ratio"] == "1.25x"
+    assert v["dec_quality_commits"] == "`aaaaaaa` / `bbbbbbb`"
+
+
+def test_every_record_row_is_stamped(hook):
+    files = sorted(hook.RECORDS.glob("*.csv"))
+    assert {p.stem for p in files} == {"dec_quality", "mpi_scale", "inner_cost", "exp1_energy",
+                                       "flower"}
+    for path in files:
+        for row in hook.load(path.stem):
+            assert re.fullmatch(r"[0-9a-f]{7}", row["commit"]), (path.name, row)
+            assert row["machine"].strip(), (path.name, row)
+
+
+def test_record_blocks_of_every_page_agree_with_the_records(hook):
+    stale = [str(p.relative_to(ROOT)) for p in hook.pages()
+             if hook.BLOCK.sub(lambda m: hook.render(m.group(0)), p.read_text("utf-8"))
+             != p.read_text("utf-8")]
+    assert stale == [], "run `python docs/hooks/records.py`"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in ("headline-readme", "limits", "mpi-scale"):
+        assert f"<!-- record: {name} -->" in readme
+
+
+def test_a_changed_number_in_a_block_is_caught(hook):
+    text = "x\n<!-- record: mpi-scale -->\n" + hook.mpi_table() + "<!-- /record -->\n"
+    assert hook.render(text) == text
+    wrong = text.replace(hook.values()["mpi_200_time_ratio"], "0.70x")
+    assert hook.render(wrong) != wrong
+
+
+def test_every_inline_value_resolves(hook):
+    names = {n for p in hook.pages() for n in hook.INLINE.findall(p.read_text("utf-8"))}
+    assert len(names) > 10
+    assert sorted(names - set(hook.values())) == []
+    with pytest.raises(KeyError, match="unknown record value 'nope'"):
+        hook.render("[[rec:nope]]")
+    with pytest.raises(KeyError, match="unknown record block 'nope'"):
+        hook.render("<!-- record: nope -->\n<!-- /record -->")
+
+
+def _section(page: str, heading: str) -> str:
+    text = (ROOT / "docs" / "results" / page).read_text(encoding="utf-8")
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def test_quality_table_agrees_with_its_record(hook):
+    """The per-seed table of results/decentralized.md is the `dec_quality` record."""
+    table = _section("decentralized.md", "## Group moves and a screened aggregator search")
+    seen = 0
+    for preset, seed, cells in re.findall(r"^\| (small|paper) (\d+) \| (.*) \|$", table, re.M):
+        cells = [c.strip() for c in cells.split("|")]
+        rec = {r["method"]: r for r in hook.load("dec_quality")
+               if (r["preset"], r["seed"]) == (preset, seed)}
+        for col, meth in enumerate(hook.DEC_METHODS):
+            assert cells[col].split()[0] == rec[meth]["objective"], (preset, seed, meth)
+        assert cells[4].split()[0] == rec.get("decomposed-bound", {}).get("objective", "-")
+        seen += 1
+    assert seen == len({(r["preset"], r["seed"]) for r in hook.load("dec_quality")})
+
+
+def test_scale_table_agrees_with_its_record(hook):
+    objective = {}
+    for r in hook.load("mpi_scale"):        # the pages say: the same objective, bit for bit
+        objective.setdefault(r["ues"], set()).add(r["objective"])
+    assert all(len(v) == 1 for v in objective.values()), objective
+    table = _section("scale.md", "## Only the entries with terms travel")
+    for r in hook.load("mpi_scale"):
+        size = f"{r['ues']}/{r['bss']}/{r['dcs']}"
+        m = re.search(rf"^\| {size} \| {r['ranks']} \| ([\d.]+) \|[^|]*\| ([\d,]+) \|", table,
+                      re.M)
+        if r["ues"] == "5000":
+            continue                         # recorded in the section's prose
+        assert m, size
+        assert float(m.group(1)) == float(r["wall_s"])
+        assert float(m.group(2).replace(",", "")) == float(r["peak_rss_mb"])
+
+
+def test_no_page_speaks_of_releases():
+    """There are no tagged releases: the pages say "at commit X" or "this change"."""
+    found = []
+    for path in [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md")):
+        for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\b(this|previous|last|next|the) releases?\b|release before|"
+                         r"release after|release's", line, re.I):
+                found.append(f"{path.relative_to(ROOT)}:{k}")
+    assert found == []
