@@ -248,8 +248,8 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     relaxation). Round t's part is at least min_k of SCIP's bound on `round_model` with
     aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time,
     the aggregator cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
-    (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
-    bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
+    (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]),
+    and the bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
     reference orchestration that `system.evaluate` finds feasible, whichever is less) the
     delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t) and the result
     is min(U, that bound): min P >= min(U, min{J : J <= U}) (module docstring). With neither,
