@@ -138,15 +138,21 @@ def test_scip_cutoff_and_the_methods_options_must_be_positive(bad):
     assert ScipOptions(incumbent=1e-9).incumbent == 1e-9 and ScipOptions().incumbent is None
 
 
-def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path):
+def _cli(argv, capsys) -> tuple[int, str]:
+    """`cefl-opt argv` in this process: its exit code and stderr."""
+    from cefl_opt import cli
+    rc = cli.main(argv)
+    return rc, capsys.readouterr().err
+
+
+def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path, capsys):
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
-    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "scip", "--set", "incumbent=0", "--out", str(tmp_path / "s.json")],
-                       capture_output=True, text=True)
-    assert p.returncode == 2
-    assert "cefl-opt: error:" in p.stderr and "incumbent" in p.stderr
-    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+    rc, err = _cli(["solve", str(net), "--method", "scip", "--set", "incumbent=0", "--out",
+                    str(tmp_path / "s.json")], capsys)
+    assert rc == 2
+    assert "cefl-opt: error:" in err and "incumbent" in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
 
 
 def _closable(enumerated):
@@ -198,15 +204,14 @@ def test_the_method_with_an_incumbent_reports_a_bound_only():
     (["--time-limit", "none"], "option 'time_limit' must be a positive number of seconds"),
     (["--bound", "general"], "needs bound 'corollary'"),
 ])
-def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, args, text):
+def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, capsys, args, text):
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
-    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "decomposed-bound", *args, "--out", str(tmp_path / "s.json")],
-                       capture_output=True, text=True)
-    assert p.returncode == 2, p.stderr
-    assert p.stderr.startswith("cefl-opt: error:") and text in p.stderr
-    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+    rc, err = _cli(["solve", str(net), "--method", "decomposed-bound", *args, "--out",
+                    str(tmp_path / "s.json")], capsys)
+    assert rc == 2, err
+    assert err.startswith("cefl-opt: error:") and text in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
 
 
 # ---------------------------------------------------------------------- the capacity edge
