@@ -145,9 +145,9 @@ def paper_net(tmp_path_factory):
 def enumerated():
     """`enumerated(preset, **make_instance kwargs)`: the instance and the brute-force optimum
     over every binary choice (`centralized.exhaustive`: best objective, solution, number of
-    choices), each computed once per process. The tests that use it carry
-    `pytest.mark.xdist_group("enumerated")`, so that under pytest-xdist one worker computes
-    each optimum once."""
+    choices), each computed once per process. The tests that share an instance carry one
+    `pytest.mark.xdist_group("enumerated-...")`, so that under pytest-xdist one worker
+    computes its optimum once."""
     from cefl_opt.generator import make_instance
     from cefl_opt.solvers.centralized import exhaustive
     cache: dict = {}

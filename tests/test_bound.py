@@ -80,7 +80,7 @@ def test_round_instance_is_that_round():
     np.testing.assert_array_equal(r.Rmax_bs, inst.Rmax_bs)
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     inst, (best, _sol, _count) = enumerated("tiny", seed=seed)
@@ -92,7 +92,7 @@ def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     assert free.cutoff_source == "reference" and free.cutoff >= best * (1 - 1e-9)
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 def test_an_incumbent_below_the_optimum_is_the_bound(enumerated):
     # min P >= min(U, bound under J <= U): with U below the optimum nothing lies under the
     # cut, and the bound is U itself
@@ -163,7 +163,7 @@ def _closable(enumerated):
     return inst, best
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-closable")
 def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff(enumerated):
     inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=60, incumbent=0.5 * best)
@@ -172,7 +172,7 @@ def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff(enumerated):
     assert res.bound == 0.5 * best and "cutoff" in res.message
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-closable")
 def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
     inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=120, gap=0.02, incumbent=1.05 * best)
@@ -181,7 +181,7 @@ def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
     assert res.info["cutoff"] == 1.05 * best
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it(enumerated):
     inst, (best, _sol, _count) = enumerated("tiny", seed=1)
     res = solve(inst, "decomposed-bound", time_limit=60)   # the incumbent's share: 18 s

@@ -19,7 +19,7 @@ def small():
     return make_instance("small", seed=3, rounds=2)
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-2bs")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ipopt_enum_matches_exhaustive_enumeration(seed, enumerated):
     # brute force: every aggregator and every UE-BS association, Ipopt on each
@@ -101,7 +101,7 @@ def test_greedy_data_picks_the_hot_subnetwork():
     assert greedy_data_aggregators(inst) == [inst.dc_subnet.index(h) for h in hot]
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-2bs")
 def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
     inst, (best, _sol, _) = enumerated("tiny", seed=0, bss=2, rounds=1)
     res = solve(inst, "scip", time_limit=10)
@@ -190,7 +190,7 @@ def test_unknown_method_is_a_clear_error(small):
         solve(small, "magic")
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-closable")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed, enumerated):
     # one BS, one round, f in [0.5, 2.3] GHz, gamma <= 5: small enough for SCIP's spatial B&B
