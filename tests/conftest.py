@@ -159,3 +159,16 @@ def enumerated():
             cache[key] = (inst, exhaustive(inst))
         return cache[key]
     return get
+
+
+#: module-scoped fixtures worth computing once: under pytest-xdist (`--dist loadgroup`) the
+#: tests of a module that use one of them run on one worker (group "<module>::<fixture>")
+SHARED_FIXTURES = ("site", "tiny_run", "tiny_pair", "tiny_screened", "two_points")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = [f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())]
+        if used and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}::{used[0]}"))
