@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # (xdist_group "mpi"), one launch at a time
 PYTEST_XDIST ?= -n auto --dist loadgroup
 
-.PHONY: install run test test-slow bench docs docs-serve clean-venv
+.PHONY: install run test test-slow bench campaign docs docs-serve clean-venv
 
 install: $(STAMP)
 
@@ -43,6 +43,11 @@ test-slow: install
 
 bench: install
 	$(VPY) -m benchmarks.run_all --quick
+
+# The instance-space campaign (outside CI, about 2 hours on 2 shared cores): 1,000 drawn
+# instances, results/campaign/campaign.csv and summary.md (docs/results/campaign.md).
+campaign: install
+	$(VPY) -m benchmarks.campaign --instances 1000 --out-dir results/campaign
 
 # The reference pages (CLI, options, file formats) are generated from the code at build time
 # by docs/hooks/reference.py; nothing generated is committed.

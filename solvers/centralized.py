@@ -32,7 +32,7 @@ from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fi
 from cefl_opt.solution import RoundDecision, Solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
-from .ipopt_check import ipopt_values
+from .native_check import ipopt_values
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
 
@@ -279,8 +279,7 @@ def _seed_task(search: _Search, opts: IpoptEnumOptions, label: str, aggs: list[i
     inst, warm = search.nlp.inst, None
     trial: dict[str, Any] = {"seed": label, "objective": None}
     if method is not None:
-        from .decentralized import solve_decentralized
-        warm, _info = solve_decentralized(inst, method=method, bound=opts.bound)
+        warm = _decentralized_seed(inst, method, opts.bound, search.deadline)
         if warm is None:
             return None, None
         ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
@@ -321,6 +320,43 @@ def _move_task(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: floa
 def _polish_task(search: _Search, opts: IpoptEnumOptions, sol: Solution, obj: float,
                  st: TerminationCondition, repair: bool):
     return _polish(search, sol, obj, st, repair)
+
+
+DEC_SEED_SHARE = 0.3     # of ipopt-enum's time left, the most a decentralised seed may take
+
+
+def _decentralized_seed(inst: Instance, method: str, bound: str,
+                        deadline: float | None) -> Solution | None:
+    """`method`'s point (decentralized or decentralized-polish), which has no time limit of its
+    own: with a `deadline` (a `time.monotonic` instant) it runs in a forked child stopped after
+    `DEC_SEED_SHARE` of the time left, so that the Ipopt seeds keep the rest; a stopped run
+    gives no point (None)."""
+    from .decentralized import solve_decentralized
+    if deadline is None:
+        return solve_decentralized(inst, method=method, bound=bound)[0]
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_send_decentralized, args=(send, inst, method, bound))
+    child.start()
+    send.close()
+    try:
+        left = max(deadline - time.monotonic(), 0.0)
+        return recv.recv() if recv.poll(DEC_SEED_SHARE * left) else None
+    except EOFError:                                  # the child died without an answer
+        return None
+    finally:
+        child.kill()
+        child.join()
+        recv.close()
+
+
+def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:
+    """The child of `_decentralized_seed`: the point on `conn`; it dies with its parent."""
+    from .decentralized import solve_decentralized
+    from .isolation import _die_with_parent
+    _die_with_parent()
+    conn.send(solve_decentralized(inst, method=method, bound=bound)[0])
 
 
 _TASKS = {"seed": _seed_task, "move": _move_task, "polish": _polish_task}

@@ -44,6 +44,9 @@ Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or Non
 SCIP_TIME_MAX = 1e20
 SCIP_SEED_MAX = 2 ** 31 - 1
 SCIP_THREADS_MAX = 64
+#: ipopt-enum's `starts`: its random aggregator sequences are drawn before the search (and
+#: its time limit) starts, so their number is bounded
+MAX_STARTS = 10_000
 WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
 
 
@@ -131,15 +134,29 @@ def _no_weights(v: Mapping[str, Any]) -> str | None:
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
     """Each entry checked by Ipopt itself (name, type, range) when the options are built.
 
-    `solvers.ipopt_check` sets it on a throwaway problem; cyipopt is imported only for a
+    `solvers.native_check` sets it on a throwaway problem; cyipopt is imported only for a
     non-empty mapping (without it, the method reports cyipopt missing)."""
     if not v:
         return None
     try:
-        from .ipopt_check import check_ipopt_options
+        from .native_check import check_ipopt_options
     except ImportError:
         return None
     return check_ipopt_options(v)
+
+
+def _scip_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by SCIP itself (name, type, range) when the options are built.
+
+    `solvers.native_check` sets it on a throwaway SCIP model; pyscipopt is imported only for
+    a non-empty mapping (without it, the method reports SCIP missing)."""
+    if not v:
+        return None
+    try:
+        from .native_check import check_scip_options
+    except ImportError:
+        return None
+    return check_scip_options(v)
 
 
 # ---------------------------------------------------------------------- type handling
@@ -260,7 +277,8 @@ class IpoptEnumOptions(IpoptOptions):
     sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
                          check=at_least(1), group="search")
     starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
-                         "aggregator sequences to the seeds", check=at_least(1),
+                         "aggregator sequences to the seeds (drawn before the search, so at "
+                         f"most {MAX_STARTS:,})", check=in_interval(1, MAX_STARTS),
                          group="search")
     seed: int = option(0, "seed of the random aggregator sequences (starts > 1)",
                        check=at_least(0), group="search")
@@ -304,11 +322,14 @@ class ScipOptions(MethodOptions):
     seed: int = option(0, "SCIP's random seed shift (randomization/randomseedshift)",
                        check=in_interval(0, SCIP_SEED_MAX))
     warm: bool = option(True, "start SCIP from the reference orchestration")
-    incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
+    incumbent: float | None = option(None, "objective U of a known feasible point (under "
+                                     "the method's weights), a cutoff: "
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
-    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
+    scip_options: dict = option({}, "extra SCIP parameters (name -> value), each checked by "
+                                "SCIP when the options are built", check=_scip_entries,
+                                cli=False)
 
 
 @dataclass(frozen=True)
@@ -317,9 +338,10 @@ class BoundOptions(MethodOptions):
     time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
                                       "share them; a number is required)",
                                       check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
-    incumbent: float | None = option(None, "objective of a known feasible point, which caps "
-                                     "the delays (none: decentralized's answer is found first "
-                                     "and used)", check=positive, flagged=False)
+    incumbent: float | None = option(None, "objective of a known feasible point under the "
+                                     "method's weights, which caps the delays (none: "
+                                     "decentralized's answer, scored under those weights, is "
+                                     "found first and used)", check=positive, flagged=False)
 
 
 _PRESET = "the preset's"
@@ -378,6 +400,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),
+    "search_budget": ("network passes the search after the first finished point may spend, "
+                      "as a multiple of the relaxed phase's (outer plus inner iterations); "
+                      "when they run out the search stops ('search budget') with the best "
+                      "point so far", at_least(0), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
@@ -744,7 +770,8 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
             rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
                     else _check_text(f.metadata.get("check")))
             wrap.initial_indent = "      "
-            lines += wrap.wrap(f.metadata["doc"] + (f" [{rule}]" if rule else ""))
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
+            lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
 

@@ -285,8 +285,8 @@ def test_matrix_is_large_enough():
 
 # ---------------------------------------------------------------------- failures after work
 def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
-    """--trace goes into place after the solution; an --out that cannot be written (here: the
-    target path is taken by a folder created during the solve) leaves no trace either."""
+    """--trace goes into place with the solution, both or neither: an --out, or a --trace, that
+    cannot be written (here: the write of one is refused) leaves neither behind."""
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
     argv = ["solve", str(net), "--method", "centralized-pd", "--max-outer", "2",
@@ -296,22 +296,22 @@ def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
     assert (tmp_path / "t.csv").read_text().startswith("outer,")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
-    import cefl_opt.io as io_mod
-    real_stage = io_mod._stage
-
-    def failing_stage(p, data):                   # the solution cannot be written
-        if p.name == "s2.json":
-            raise PermissionError(13, "Permission denied", str(p))
-        return real_stage(p, data)
-    io_mod._stage = failing_stage
-    try:
-        rc = cli.main(argv[:-4] + ["--out", str(tmp_path / "s2.json"), "--trace",
-                                   str(tmp_path / "t2.csv")])
-    finally:
-        io_mod._stage = real_stage
-    err = capsys.readouterr().err
-    assert rc == 2 and "s2.json" in err and "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
+    from cefl_opt import io as cefl_io
+    real_stage = cefl_io._stage
+    for refused in ("s2.json", "t2.csv"):
+        def failing_stage(p, data):
+            if p.name == refused:
+                raise PermissionError(13, "Permission denied", str(p))
+            return real_stage(p, data)
+        cefl_io._stage = failing_stage
+        try:
+            rc = cli.main(argv[:-4] + ["--out", str(tmp_path / "s2.json"), "--trace",
+                                       str(tmp_path / "t2.csv")])
+        finally:
+            cefl_io._stage = real_stage
+        err = capsys.readouterr().err
+        assert rc == 2 and refused in err and "Traceback" not in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
 
 def _assert_interrupted_cleanly(script: str, folder: Path) -> None:

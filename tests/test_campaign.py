@@ -160,6 +160,20 @@ def test_campaign_default(cheap):
     assert found == []
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_benchmark_writes_its_csv_and_summary(tmp_path, cheap):
+    """`python -m benchmarks.campaign` on 2 one-round instances: one CSV row per instance and
+    method, the summary's tables, and no failures folder when nothing broke."""
+    import pandas as pd
+    assert cp.main(["--instances", "2", "--max-ues", "2", "--max-rounds", "1", "--cli-every",
+                    "0", "--time-limit", "1", "--out-dir", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "campaign.csv")
+    assert df["instance"].nunique() == 2
+    assert len(df) == 2 * len(cp.profile("bench"))
+    assert df["violations"].isna().all() and not (tmp_path / "failures").exists()
+    assert "Instances per regime" in (tmp_path / "summary.md").read_text()
+
+
 def test_cli_prints_the_objective_it_writes(tmp_path):
     """`cefl-opt solve` through its command line: the printed objective is the written one,
     and the written point is feasible under evaluate."""
@@ -176,7 +190,7 @@ def _regressions():
     """tests/data/campaign/*.json, each with its `notes.campaign` record: the methods to run
     (with options) and what an earlier campaign found on it."""
     out = []
-    for path in sorted(DATA.glob("*.json")):
+    for path in sorted(p for p in DATA.glob("*.json") if not p.name.endswith(".point.json")):
         note = json.loads(path.read_text())["notes"]["campaign"]
         out.append(pytest.param(path, note, id=path.stem))
     return out
@@ -189,25 +203,55 @@ def test_regression_instances(path, note, cheap):
     now."""
     inst = Instance.load(path)
     methods = [(m, dict(o)) for m, o in note["methods"]]
-    bad = cp.check_invariants(cp.run_instance(inst, methods, hang_s=60.0))
+    point = path.with_suffix(".point.json")
+    known = [cp.known_run(inst, point)] if point.exists() else []
+    assert all(r.feasible for r in known)
+    bad = cp.check_invariants(known + cp.run_instance(inst, methods, hang_s=60.0))
     assert bad == [], note["found"]
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_campaign_slow():
-    """More and larger drawn instances (up to 12 UEs, 4 rounds), every method (at most 15
+    """More and larger drawn instances (8, up to 8 UEs, 4 rounds), every method (at most 15
     minutes)."""
     methods = cp.profile("full", time_limit=2.0)
     cp.warm_up(methods)
     found: list = []
 
-    @settings(max_examples=12, phases=[Phase.generate], **QUIET)
-    @given(cp.instances(max_ues=12, max_bss=3, max_dcs=3, max_rounds=4))
+    @settings(max_examples=8, phases=[Phase.generate], **QUIET)
+    @given(cp.instances(max_ues=8, max_bss=3, max_dcs=3, max_rounds=4))
     def one(drawn):
         regime, inst = drawn
         found.extend((inst.name, *v) for v in
-                     cp.check_invariants(cp.run_instance(inst, methods, hang_s=60.0)))
+                     cp.check_invariants(cp.run_instance(inst, methods, hang_s=180.0)))
 
     one()
     assert found == []
+
+
+# ---------------------------------------------------------------------- the report
+def test_summary_counts_instances_violations_and_gaps_by_hand():
+    """Two instances of regime 'a' (one with a bound violation), one of 'b' without a feasible
+    point: the per-regime table and the gap percentiles are the hand counts."""
+    from cefl_opt.generator import make_instance
+    inst = make_instance("tiny", ues=1, bss=1, dcs=1, rounds=1, seed=0)
+    rows = []
+    runs_a0 = [_run("greedy-rate", 10.0), _run("scip", None, bound=8.0)]
+    runs_a1 = [_run("greedy-rate", 4.0), _run("scip", None, bound=5.0)]
+    runs_b = [_run("greedy-rate", None, status="locally_infeasible"),
+              _run("scip", None, status="infeasible")]
+    for k, (regime, runs) in enumerate((("a", runs_a0), ("a", runs_a1), ("b", runs_b))):
+        rows += cp.instance_rows(k, regime, inst, runs, cp.check_invariants(runs))
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    t = cp.summary_tables(df)
+    per = t["per_regime"]
+    assert per.loc["a", "instances"] == 2 and per.loc["a", "with_feasible"] == 2
+    assert per.loc["b", "instances"] == 1 and per.loc["b", "with_feasible"] == 0
+    assert per.loc["a", "bound"] == 1 and per.loc["b", "bound"] == 0
+    assert per.loc["all", "instances"] == 3 and per.loc["all", "bound"] == 1
+    gap = t["gap"].loc[("a", "scip")]
+    assert gap["count"] == 2
+    assert gap["max"] == pytest.approx(0.2) and gap["min"] == pytest.approx(-0.25)
+    assert "| a " in cp.report(df)

@@ -97,14 +97,14 @@ def full_disk(tmp_path):
     full = tmp_path / "full"
     if os.geteuid() != 0 or not _mount_tmpfs(full):
         pytest.skip("mounting a tmpfs needs root")
+    fd = os.open(full / "fill", os.O_WRONLY | os.O_CREAT)
     try:
-        with open(full / "fill", "wb") as fh:
-            with pytest.raises(OSError):
-                while True:
-                    fh.write(b"\0" * 4096)
-                    fh.flush()
-    except OSError:
-        pass
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
     yield full
     subprocess.run(["umount", str(full)], check=True)
 
@@ -201,6 +201,17 @@ def test_options_file_over_the_limit_is_refused(files, tmp_path, capsys, monkeyp
     assert rc == 0, err
 
 
+def test_instance_over_the_limit_is_refused(files, capsys, monkeypatch):
+    size = (files / "tiny.json").stat().st_size
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size - 1)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"instance file '{files / 'tiny.json'}'" in line and "too large" in line
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    assert rc == 0, err
+
+
 def test_non_utf8_inputs_name_the_file_and_the_option(files, tmp_path, capsys):
     opts = tmp_path / "o.toml"
     opts.write_bytes(b'name = "caf\xe9"\n')
@@ -294,6 +305,24 @@ def test_train_never_replaces_an_existing_targets_table(files, tmp_path, capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.targets.csv"]
 
 
+def test_estimate_writes_out_and_apply_both_or_neither(files, tmp_path, capsys, monkeypatch):
+    """--apply cannot be written: --out, staged first, is not written either (the success of
+    both: tests/test_learning_cli.py)."""
+    real_stage = cefl_io._stage
+
+    def failing_stage(p, data):
+        if p.name == "a.json":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(p))
+        return real_stage(p, data)
+    monkeypatch.setattr(cefl_io, "_stage", failing_stage)
+    rc, _, err = call(["estimate", files / "net.json", "--dataset", "digits", "--draws", "2",
+                       "--sample-size", "8", "--grad-max", "20", "--out", tmp_path / "e.json",
+                       "--apply", tmp_path / "a.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"cannot write '{tmp_path / 'a.json'}'" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_writer_removes_the_folders_it_made_on_failure(tmp_path):
     """The second output fails (its parent is a file): nothing committed, the folders made for
     the first are gone, the folders that existed stay."""
@@ -319,11 +348,13 @@ def _argv_full(kind: str, files: Path, root: Path) -> tuple[list, Path]:
     if kind == "plot":
         out = root / "a" / "b" / "fig.png"
         return ["plot", files / "tiny.json", files / "tiny_sol.json", "--out", out], out
+    if kind == "run":              # the report file is named as in --out, not the staging folder
+        return RUN + ["--out", root / "x" / "rep"], root / "x" / "rep" / "instance.json"
     out = root / "n1" / "n2" / "s.json"
     return ["solve", files / "tiny.json", "--method", "greedy-rate", "--out", out], out
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, tmp_path,
                                                                    capsys, monkeypatch):
     real = os.fdopen
@@ -342,7 +373,7 @@ def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_tmpfs_names_the_output_and_leaves_no_folder(kind, files, full_disk, capsys):
     argv, out = _argv_full(kind, files, full_disk)
     rc, _, err = call(argv, capsys)
@@ -451,8 +482,10 @@ def test_library_noise_never_precedes_the_error_line(tmp_path):
     import pyomo.environ  # noqa: F401  (Pyomo's log handler, as the commands have it)
     script = tmp_path / "noisy.py"
     script.write_text("import pyomo.environ\n" + NOISY)
-    run = lambda where: subprocess.run([sys.executable, str(script), where], cwd=tmp_path,  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
+
+    def run(where: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), where], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
     outside = run("outside")
     assert "W1002" in outside.stdout + outside.stderr     # Pyomo's handler writes to stdout
     assert "RuntimeWarning" in outside.stderr
@@ -470,6 +503,6 @@ def test_scip_errors_go_into_the_message(files, tmp_path, capsys):
                            str(tmp_path / "s.json"), "--options", str(opts)],
                           capture_output=True, text=True, timeout=300)
     line = one_error_line(proc.stderr)
-    assert proc.returncode == 4 and "limits/time" in line and "[0,1e+20]" in line, line
+    assert proc.returncode == 2 and "limits/time" in line and "[0,1e+20]" in line, line
     assert "paramset.c" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.toml"]

@@ -232,7 +232,7 @@ def test_a_flag_of_another_method_is_an_error_not_ignored():
     (["--method", "scip", "--gap", "nan"], "option 'gap' must be a finite number, got nan"),
     (["--method", "scip", "--time-limit", "nan"], "'time_limit'"),
     (["--method", "ipopt-enum", "--time-limit", "inf"], "'time_limit'"),
-    (["--method", "ipopt-enum", "--starts", "0"], "option 'starts' must be >= 1, got 0"),
+    (["--method", "ipopt-enum", "--starts", "0"], "option 'starts' must be in [1, 10000], got 0"),
     (["--method", "scip", "--threads", "0"], "option 'threads' must be in [1, 64], got 0"),
     (["--method", "ipopt-enum", "--seed", "-1"], "option 'seed' must be >= 0, got -1"),
     (["--method", "decentralized", "--max-outer", "0"], "'max_outer'"),

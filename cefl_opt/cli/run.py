@@ -7,8 +7,9 @@ or interrupted run leaves no report folder (and no file in an existing one) behi
 ``--out`` is a new folder or an empty one; an existing folder with files in it is refused
 (exit 2) unless ``--overwrite``, which replaces it whole (its old files go, none is mixed with
 the new run's). It may not hold the current folder, ``--cache-dir`` or ``--data-dir``, and its
-parent must be writable; both are checked before any work, with the methods (each once). A symbolic link is followed: the folder it points to is the report folder. The
-report folder gets the permissions the umask gives a new folder.
+parent must be writable; both are checked before any work, with the methods (each named once).
+A symbolic link is followed: the folder it points to is the report folder. The report folder
+gets the permissions the umask gives a new folder.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..io import InputError, check_interrupt
+from ..io import InputError, OutputWriteError, check_interrupt
 from . import COUNT, SEED, OptionError, show_progress
 
 
@@ -132,6 +133,11 @@ def run_main(args: argparse.Namespace) -> int:
                      progress=show_progress(args, True))
         _move_into_place(stage, out)
         ok = True
+    except OutputWriteError as e:     # a report file (a full disk): named as --out's, not stage's
+        name = Path(e.filename or "")
+        if stage in name.parents:
+            name = Path(args.out) / name.relative_to(stage)
+        raise OutputWriteError(e.errno, e.strerror, os.fspath(name)) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if not ok and created is not None:
