@@ -204,7 +204,7 @@ def test_screen_estimates_only_when_a_visit_has_more_trials(screen, estimated):
 
 
 # ---------------------------------------------------------------------- the whole method
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-2bs")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiny_equals_the_enumerated_optimum(seed, enumerated):
     """The binaries found are optimal (Ipopt with them fixed reaches the brute-force optimum);
