@@ -50,6 +50,12 @@ MAX_INT_DIGITS = 18
 MAX_INPUT_BYTES = 1 << 30
 MAX_OPTIONS_BYTES = 1 << 20
 
+# The largest seed and thread count an option takes (every command): numpy's seed range (a
+# 32-bit unsigned integer, which `numpy.random.seed` and `RandomState` need), and torch's
+# threads far above any machine's cores and below the C int the libraries take.
+SEED_MAX = 2 ** 32 - 1
+THREADS_MAX = 1024
+
 
 class InputError(ValueError):
     """Bad user input; the message names the field or option and the offending value."""
@@ -217,8 +223,8 @@ def output_target(path: str | Path) -> Path:
 
 
 def _refuse_special(p: Path, shown: str | Path, option: str | None) -> None:
-    """InputError when `p` exists and is not a regular file (nor, when `option` is None, a
-    folder: write_atomic's own caller checks that)."""
+    """InputError when `p` exists and is not a regular file (a folder, a FIFO, a device node, a
+    socket), naming `option` when given, else the output `shown`."""
     if not p.exists() or p.is_file():
         return
     what = ("a folder, not a file" if p.is_dir() else "a FIFO" if p.is_fifo() else
@@ -250,9 +256,7 @@ def write_all_atomic(items: Iterable[tuple[str | Path, str | bytes]]) -> list[Pa
         targets = []
         for current, data in items:
             p = output_target(current)
-            _refuse_special(p, current, None)
-            if p.is_dir():
-                raise InputError(f"output '{current}' is a folder, not a file")
+            _refuse_special(p, current, None)      # a folder, a FIFO, a device, a socket
             made += _make_folders(p.parent)
             staged.append(_stage(p, data))
             targets.append(p)

@@ -228,7 +228,9 @@ def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str
                        seed: int = 0, thin: int = UE_THIN):
     """The figure (one row per solution, one panel per round) and what each panel drew: a list
     of dicts with its flows ('ue_bs', 'bs_dc', 'kept'), 'round', 'method', 'label', 'ax' and
-    'scale', the line width (points) per data point of every flow in the figure."""
+    'scale', the line width (points) per data point of every flow in the figure. A panel's
+    title gives the objective under the weights its solution records (`Solution.weights`;
+    the instance's where it records none), the objective its file holds."""
     plt = _plt()
     labels = solution_labels(sols) if labels is None else labels
     lay = layout(inst, seed, thin)
@@ -246,7 +248,7 @@ def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str
                       top=0.75, bottom=0.3 + 0.25 * legend_rows, wgap=0.2, hgap=0.85)
     drawn, names = [], inst.dc_names or [f"dc{s}" for s in range(inst.S)]
     for i, sol in enumerate(sols):
-        ev = evaluate(inst, sol)
+        ev = evaluate(inst, sol, weights=sol.weights)     # the objective the solution records
         flag = "" if ev.feasible else " (INFEASIBLE)"
         for t in range(cols):
             agg = sol.rounds[t].aggregator

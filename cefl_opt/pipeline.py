@@ -59,16 +59,16 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     print(f"[1/3] instance {inst.name} ({'measured' if measure else 'placeholder'}"
           f" ML constants) -> {out / 'instance.json'}", flush=True)
 
-    rows, sols = [], {}
+    rows, sols, feasible = [], {}, []
     for meth in meths:
         print(f"[2/3] solving P with {meth} ...", flush=True)
         kw = {"progress": progress}     # a display switch every method takes
         if meth in TRACED:
             kw["trace_path"] = str(out / f"trace_{meth}.csv")
-        if meth == "decomposed-bound":   # capped by the run's best answer so far (any is valid)
+        if meth == "decomposed-bound":   # capped by the run's best feasible answer so far
             kw["time_limit"] = BOUND_SECONDS
-            if sols:
-                kw["incumbent"] = min(float(r["objective"]) for r in rows if "objective" in r)
+            if feasible:
+                kw["incumbent"] = min(feasible)
         try:
             res = solve(inst, meth, isolate=True, **kw)
         except NativeCrash as e:   # the other methods still run; the report says so
@@ -81,6 +81,8 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
                          "wall_s": res.wall_s})
             continue
         ev = system.evaluate(inst, res.solution)
+        if ev.feasible:
+            feasible.append(float(ev.objective))
         res.solution.save(out / f"solution_{meth}.json")
         sols[meth] = res.solution
         rows.append({"method": meth, "status": res.status, "objective": ev.objective,

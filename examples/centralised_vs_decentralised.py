@@ -31,8 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cefl_opt.generator import make_instance
-from cefl_opt.solvers.base import methods, solve
+from cefl_opt import make_instance, methods, solve
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--quick", action="store_true", help="T = 2, 15 outer iterations, SCIP 3 s")

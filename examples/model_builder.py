@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pyomo.environ as pyo
 
-from cefl_opt import system
-from cefl_opt.generator import make_instance
+from cefl_opt import make_instance, system
 from cefl_opt.models import (build_problem, clip_to_bounds, consensus_constraints,
                              extract_solution, load_solution, node_constraints)
 

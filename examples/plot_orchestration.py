@@ -28,12 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cefl_opt import cli
-from cefl_opt.generator import make_instance
+from cefl_opt import cli, evaluate, make_instance, solve
 from cefl_opt.orchestration import cost_table, round_summary
 from cefl_opt.orchestration_plot import plot_orchestration
-from cefl_opt.solvers.base import solve
-from cefl_opt.system import evaluate
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--quick", action="store_true", help="T = 2 rounds, 15 outer iterations")

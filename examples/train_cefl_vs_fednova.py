@@ -27,10 +27,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cefl_opt.generator import make_instance
+from cefl_opt import make_instance, solve
 from cefl_opt.learning.data import load_dataset
 from cefl_opt.learning.trainer import run_training
-from cefl_opt.solvers.base import solve
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--quick", action="store_true", help="8x8 digits, 3 rounds, short solve")

@@ -116,23 +116,27 @@ def _visit_trials(inc: Candidate, t: int, st: DecStructure, screen: int | None,
 def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
                       st: DecStructure, *, passes: int, viol_tol: float,
                       screen: int | None = None,
-                      estimate: Callable[[np.ndarray], Candidate] | None = None
+                      estimate: Callable[[np.ndarray], Candidate] | None = None,
+                      afford: Callable[[], bool] = lambda: True
                       ) -> tuple[Candidate, dict[str, int]]:
     """Coordinate descent over the rounds from the finished incumbent `inc` (module
     docstring): the rounds are visited cyclically; a visit of round t finishes every other DC
     s' (`finish(u)`, indicators fixed at u's), or only the `screen` best by `estimate` when
     there are more (the screen), and keeps the best if it beats the incumbent.
     It stops once T visits in a row accepted nothing (no single-round move then improves) or
-    after `passes` x T visits. Returns the best candidate and counts {"aggregator_trials",
+    after `passes` x T visits, or when `afford()` (the search's budget) says no before an
+    estimate or a trial. Returns the best candidate and counts {"aggregator_trials",
     "aggregator_moves", "aggregator_visits", "aggregator_screened"}."""
     T, S = st.idx["Is"].shape
     trials = moves = visits = quiet = screened = 0
     t = 0
-    while S > 1 and visits < passes * T and quiet < T:
+    while S > 1 and visits < passes * T and quiet < T and afford():
         pts, n_est = _visit_trials(inc, t, st, screen, estimate, viol_tol)
         screened += n_est
         best_t = None
         for p in pts:
+            if not afford():
+                break
             trials += 1
             cand = finish(p)
             if best_t is None or better(cand, best_t, viol_tol):

@@ -423,19 +423,23 @@ def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray,
 def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                     linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
                     global_max: Callable[[np.ndarray], float], viol_tol: float,
-                    passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+                    passes: int, afford: Callable[..., bool] = lambda passes=0: True
+                    ) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves the priced trials cannot see: a trial of a UE whose leaving lets a shared max
     (dA, dR) fall is priced by its rise only (module docstring). Such UEs are found by
     `_lowers_a_shared_max`; each of their trials is evaluated exactly (the moved point, its
     epigraphs tightened, J summed over the spanning tree and the largest violation of the
     non-forcing rows max-reduced) and the best is taken when it is feasible and lowers J, one
-    UE at a time (so J falls with every move); up to `passes` sweeps. Returns (u', info)."""
+    UE at a time (so J falls with every move); up to `passes` sweeps, stopped when
+    `afford(passes)` (the search's budget, charged the screen's pass) says no before a UE. Returns (u', info)."""
     tops = _shared_tops(st)
     u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):
         moved = False
         for g in _groups(st):
+            if not afford(1):    # the screen `_lowers_a_shared_max`: one pass
+                break
             x = u * st.scale
             j = int(g[np.argmax(x[g])])
             if not _lowers_a_shared_max(st, u, lin, free, views, j, tops):
@@ -495,19 +499,23 @@ def _bs_groups(st: DecStructure, down: np.ndarray
 def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                       linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
                       global_max: Callable[[np.ndarray], float], viol_tol: float,
-                      passes: int) -> tuple[np.ndarray, dict[str, Any]]:
+                      passes: int, afford: Callable[..., bool] = lambda passes=0: True
+                      ) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
     every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
     them) falls only when every one of them leaves, so no single trial sees the gain. Each
     target BS is tried exactly (`_exact_trial`); the best is taken when it is feasible and
-    lowers J, one group at a time (so J falls with every move); up to `passes` sweeps. The
-    groups come from `_downlinks`, the same on every process. Returns (u', info)."""
+    lowers J, one group at a time (so J falls with every move); up to `passes` sweeps, stopped
+    when `afford()` (the search's budget) says no before a group. The groups come from
+    `_downlinks`, the same on every process. Returns (u', info)."""
     u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried = lin.f, 0, 0
     for _ in range(passes):
         moved = False
         down = _downlinks(st, u, views)
         for t, j, ues, rows, targets in _bs_groups(st, down):
+            if not afford():
+                break
             if np.any(down[t, ues] != j):   # an earlier move of this sweep
                 continue
             best = None

@@ -140,16 +140,6 @@ def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]
     return _finite(res.objective_bound), tc
 
 
-def round_floor(inst: Instance, t: int, a: float, mu: float, time_limit: float, *,
-                cap: float | None, weights: dict[str, float] | None = None,
-                seed: int = 0, aggregator: int | None = None) -> tuple[float | None, str]:
-    """A proven lower bound on a * (dA_t + dR_t) + xi3 * E_t over round t's feasible points
-    with every m_i >= mu and dA_t, dR_t <= cap (`round_model`), SCIP's within `time_limit` s.
-    Returns (bound, SCIP's termination); bound +inf when SCIP proves no point."""
-    m = round_model(inst, t, a, mu, cap=cap, weights=weights, aggregator=aggregator)
-    return _scip_lower(m, time_limit, seed)
-
-
 def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | None,
                 weights: dict[str, float] | None = None, aggregator: int | None = None):
     """Round t's subproblem: a * (dA_t + dR_t) + xi3 * E_t (round t's delay, weighted by a,
@@ -246,16 +236,17 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
                      progress: bool = False) -> DecomposedBound:
     """A proven lower bound on P (`eqn: optimization objective text`, corollary form with a
     constant vartheta) by decomposing it over rounds and aggregators, within `time_limit`
-    seconds of wall time (each subproblem gets an equal share of what is left; one with no
-    time left keeps the cuts' floor).
+    seconds of wall time (each subproblem gets an equal share of what is left, and those that
+    run out of it a second share of what the others left; one with no time left keeps the
+    cuts' floor).
 
     Writing J = xi1 (c0 (F0 - F*) + noise + local + hetero) + xi1 c0 sum_t tau_t Delta_t
     + xi2 sum_t tau_t + xi3 sum_t E_t (eq:convSpecial, tau_t = dA_t + dR_t), the first part
     depends only on gbar, m_min, g_max and is at least `ml_floor`'s F, and c0 >= c0_lo; what
     is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
     once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
-    relaxation). Round t's part is at least min_k of `round_floor` with aggregator k fixed
-    (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
+    relaxation). Round t's part is at least min_k of SCIP's bound on `round_model` with
+    aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
     cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
     min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
     bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
@@ -282,20 +273,29 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     floors = [[0.0] * S for _ in range(T)]
     status = [[NOT_RUN] * S for _ in range(T)]
     jobs = [(t, k) for t in range(T) for k in range(S)]
+    models: dict = {}
     bar = _bar(progress, len(jobs))
-    for i, (t, k) in enumerate(jobs):
-        a = c0[0] * float(inst.Delta[t].sum()) + w["xi2"]
-        floors[t][k] = a * float(LA[t, k] + LR[t, k])                  # the cuts' floor
-        if deadline - time.monotonic() >= MIN_SHARE:
-            # J >= F + a tau_t >= min F + a dA_t (every part >= 0), and J <= top: a delay cap
-            cap = (top - float(F.min())) / a if top is not None and a > 0 else None
-            m = round_model(inst, t, a, inst.m_floor, cap=cap, weights=weights, aggregator=k)
-            share = SCIP_PART * (deadline - time.monotonic()) / (len(jobs) - i)
+    # two passes: every subproblem with an equal share of the time left, then those that ran
+    # out of time again with what the others left
+    for rerun in (False, True):
+        todo = [j for j in jobs if status[j[0]][j[1]] == "maxTimeLimit"] if rerun else jobs
+        for i, (t, k) in enumerate(todo):
+            a = c0[0] * float(inst.Delta[t].sum()) + w["xi2"]
+            if not rerun:
+                floors[t][k] = a * float(LA[t, k] + LR[t, k])          # the cuts' floor
+            if deadline - time.monotonic() < MIN_SHARE:
+                continue
+            if (t, k) not in models:
+                # J >= F + a tau_t >= min F + a dA_t (every part >= 0), J <= top: a delay cap
+                cap = (top - float(F.min())) / a if top is not None and a > 0 else None
+                models[t, k] = round_model(inst, t, a, inst.m_floor, cap=cap, weights=weights,
+                                           aggregator=k)
+            share = SCIP_PART * (deadline - time.monotonic()) / (len(todo) - i)
             if share >= MIN_SHARE:
-                lo, status[t][k] = _scip_lower(m, share, seed)
+                lo, status[t][k] = _scip_lower(models[t, k], share, seed)
                 floors[t][k] = floors[t][k] if lo is None else max(lo, floors[t][k])
-        if bar is not None:
-            bar.update(1)
+            if bar is not None and not rerun:
+                bar.update(1)
     if bar is not None:
         bar.close()
     total = _cells(inst, F, c0, floors, LA + LR)

@@ -32,7 +32,7 @@ from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fi
 from cefl_opt.solution import RoundDecision, Solution
 
 from .base import Results, SolutionStatus, SolverError, TerminationCondition
-from .ipopt_check import ipopt_values
+from .native_check import ipopt_values
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
 

@@ -253,6 +253,17 @@ class DecentralizedRun:
     bar: Any = None
     finished: list = field(default_factory=list)            # every finished candidate
     finishing_records: list = field(default_factory=list)   # their finishing phases' records
+    budget: "SearchBudget | None" = None                     # the search's, once it starts
+    relaxed_passes: int = 0                                  # the relaxed phase's passes
+    search_times: dict = field(default_factory=dict)         # seconds per kind of search step
+
+    def timed(self, kind: str, fn, *args, **kw):
+        """fn(*args, **kw), its wall seconds added to `search_times[kind]`."""
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kw)
+        finally:
+            self.search_times[kind] = self.search_times.get(kind, 0.0) + time.perf_counter() - t
 
     def sca_hooks(self) -> dict[str, Any]:
         """`run_sca`'s keyword arguments: the message-passing forms of its evaluations
@@ -329,12 +340,15 @@ def _check_whole(label: str, value, lo: int) -> None:
 
 def _check_search_constants(k: PDConstants) -> None:
     """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0,
-    refine_rounds >= 0, agg_screen >= 1, candidates 1 or 2."""
+    refine_rounds >= 0, agg_screen >= 1, candidates 1 or 2, search_budget >= 0."""
     _check_whole("constant 'agg_passes'", k.agg_passes, 0)
     _check_whole("constant 'refine_rounds'", k.refine_rounds, 0)
     _check_whole("constant 'agg_screen'", k.agg_screen, 1)
     if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
         raise ValueError(f"constant 'candidates' must be 1 or 2, got {k.candidates!r}")
+    if isinstance(k.search_budget, bool) or not k.search_budget >= 0:
+        raise ValueError(f"constant 'search_budget' must be a number >= 0, got "
+                         f"{k.search_budget!r}")
 
 
 def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int | None,
@@ -404,6 +418,7 @@ def _relaxed_phase(run: DecentralizedRun):
     """Phase 1: Alg. 1 (`alg:dist_NOVA main`) with indicators in [0, 1] and the forcing rows
     (`con1add`-`con12add`) as a growing penalty, from the structure's start w^0."""
     relaxed_u, relaxed_records, reason = run.run_phase(run.st.u0, "relaxed")
+    run.relaxed_passes = _phase_passes(relaxed_records)
     run.info.update(stop_reason_relaxed=reason, outer_iterations_relaxed=len(relaxed_records),
                     violation_relaxed=relaxed_records[-1].violation if relaxed_records
                     else float("nan"),
@@ -441,6 +456,39 @@ def _central_repair_and_polish(run: DecentralizedRun, u_rounded: np.ndarray) -> 
     return final
 
 
+@dataclass
+class SearchBudget:
+    """The search's budget after the first finished point, in network passes (a linearisation
+    or an inner iteration: each touches every node's block once): `limit` = `search_budget` x
+    the relaxed phase's passes, so the search costs at most a fixed multiple of the relaxed
+    phase at every size. Every node counts the same passes (they follow the collectives'
+    common decisions), so every node stops at the same point."""
+    limit: float
+    spent: int = 0
+    finishing_phases: int = 0
+    stopped: bool = False
+
+    def charge(self, passes: int) -> None:
+        self.spent += int(passes)
+
+    def afford(self, passes: int = 0) -> bool:
+        """Charge `passes`, then whether the search may start one more step (an estimate, a
+        trial, a finishing phase); once False it stays False (`stopped`)."""
+        self.charge(passes)
+        self.stopped = self.stopped or self.spent >= self.limit
+        return not self.stopped
+
+
+def _phase_passes(records: list) -> int:
+    """A phase's network passes: its outer iterations (one linearisation each) and inner
+    iterations."""
+    return len(records) + int(sum(r.inner["inner_iters"] for r in records))
+
+
+def _afford(run: DecentralizedRun, passes: int = 0) -> bool:
+    return run.budget is None or run.budget.afford(passes)
+
+
 def _free_rows(st: DecStructure) -> np.ndarray:
     """(K,) bool: the rows that are not binary-forcing rows (the moves' violation checks)."""
     free = np.ones(st.n_rows, dtype=bool)
@@ -450,8 +498,14 @@ def _free_rows(st: DecStructure) -> np.ndarray:
 
 def _linearise_fn(run: DecentralizedRun):
     """The linearisation the moves use: by messages (decentralized), or on global arrays
-    (centralized-pd)."""
-    return run.evaluator.linearise if run.dec else run.st.linearise
+    (centralized-pd); each call is one network pass charged to the search's budget."""
+    lin = run.evaluator.linearise if run.dec else run.st.linearise
+
+    def counted(u: np.ndarray) -> Linearisation:
+        if run.budget is not None:
+            run.budget.charge(1)
+        return lin(u)
+    return counted
 
 
 def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views,
@@ -478,7 +532,13 @@ def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
     if run.k.live_only:   # each host drops its rows' entries that the fixed indicators kill
         run.inner.set_active(st.live_entries(
             u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
-    return run.run_phase(u_fixed, "fixed")
+    if run.budget is None:
+        return run.run_phase(u_fixed, "fixed")
+    u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed")
+    if run.budget is not None:
+        run.budget.charge(_phase_passes(records))
+        run.budget.finishing_phases += 1
+    return u, records, reason
 
 
 def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
@@ -487,6 +547,8 @@ def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
     max-reduce and broadcast); plain array operations in centralized-pd."""
     st, inner = run.st, run.inner
     free = _free_rows(st)
+    if run.budget is not None:
+        run.budget.charge(1)
     if not run.dec:
         lin = st.linearise(u)
         return float(lin.f), float(np.max(np.where(free, np.maximum(lin.c, 0.0), 0.0),
@@ -540,20 +602,29 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
-           "group_trials": 0}
+           "group_trials": 0, "exact_trials": 0}
+    timed = getattr(run, "timed", lambda _kind, fn, *a, **kw: fn(*a, **kw))
+
+    def afford(passes: int = 0) -> bool:
+        return _afford(run, passes)
     for _ in range(k.refine_rounds):
+        if not afford():
+            break
         fix_indicators_at(st, inc.u)
-        u_moved, moved = association_moves(st, inc.u, free, linearise=lin_fn, views=views,
-                                           passes=passes)
-        u_moved, exact = exact_top_moves(st, u_moved, free, linearise=lin_fn, views=views,
-                                         global_max=gmax, viol_tol=k.viol_tol, passes=passes)
-        u_moved, group = exact_group_moves(st, u_moved, free, linearise=lin_fn, views=views,
-                                           global_max=gmax, viol_tol=k.viol_tol, passes=1)
+        u_moved, moved = timed("priced_moves_s", association_moves, st, inc.u, free,
+                               linearise=lin_fn, views=views, passes=passes)
+        u_moved, exact = timed("exact_moves_s", exact_top_moves, st, u_moved, free,
+                               linearise=lin_fn, views=views, global_max=gmax,
+                               viol_tol=k.viol_tol, passes=passes, afford=afford)
+        u_moved, group = timed("group_moves_s", exact_group_moves, st, u_moved, free,
+                               linearise=lin_fn, views=views, global_max=gmax,
+                               viol_tol=k.viol_tol, passes=1, afford=afford)
         cnt["refine_rounds"] += 1
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
+        cnt["exact_trials"] += exact["exact_trials"]
         n_moved = moved["association_moves"] + exact["exact_moves"] + group["group_moves"]
-        if n_moved == 0:
+        if n_moved == 0 or not afford():   # an unfinished moved point is never taken
             break
         cnt["refine_moves"] += n_moved
         u_fin, records, reason = _finishing_phase(run, u_moved)
@@ -582,23 +653,38 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                     outer_iterations_finishing=len(first.records),
                     finishing_s=time.perf_counter() - t1, objective_first=first.J)
     t_s = time.perf_counter()
+    run.budget = budget = SearchBudget(
+        limit=k.search_budget * run.relaxed_passes)
     starts = [first]
-    if k.candidates >= 2:
+    if k.candidates >= 2 and budget.afford():
         u_start, _ = _rounding(run, st.u0)
         starts.append(_finish_point(run, u_start, views, "start"))
     found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
                          "aggregator_screened": 0, "refine_rounds": 0, "refine_moves": 0,
-                         "refine_accepted": 0, "group_moves": 0, "group_trials": 0}
+                         "refine_accepted": 0, "group_moves": 0, "group_trials": 0,
+                         "exact_trials": 0}
+    phases = {}
     for c in starts:
+        t_a = time.perf_counter()
         best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
                                       passes=k.agg_passes, viol_tol=k.viol_tol,
                                       screen=k.agg_screen,
-                                      estimate=lambda u: _estimate_point(run, u, views, c.start))
+                                      estimate=lambda u: run.timed(
+                                          "estimate_s", _estimate_point, run, u, views,
+                                          c.start),
+                                      afford=budget.afford)
+        t_r = time.perf_counter()
         if k.refine_rounds:
             best, more = _refine(run, best, views)
             cnt = {**cnt, **more}
+        phases[c.start] = {"aggregator_s": t_r - t_a, "refine_s": time.perf_counter() - t_r}
         found.append(best)
         counts = {key: counts[key] + cnt.get(key, 0) for key in counts}
+    run.budget = None
+    run.info.update(search_stop="search budget" if budget.stopped else "completed",
+                    search_passes=budget.spent, search_budget_passes=budget.limit,
+                    search_finishing_phases=budget.finishing_phases, search_phases=phases,
+                    search_times=dict(run.search_times))
     chosen = best_of(found, k.viol_tol)
     fix_indicators_at(st, chosen.u)
     if run.dec and run.msg_hist:   # the last evaluations' messages join the last outer's
@@ -727,14 +813,17 @@ def solve_decentralized(inst: Instance, *, method: str = "decentralized",
 
 
 def write_trace(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """The trace rows as CSV (TRACE_FIELDS; floats with 10 significant digits)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=TRACE_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in r.items()})
+    """The trace rows as CSV (TRACE_FIELDS; floats with 10 significant digits), written by the
+    project's one writer (`cefl_opt.io.write_atomic`)."""
+    import io
+
+    from cefl_opt.io import write_atomic
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=TRACE_FIELDS)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.10g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_atomic(path, buf.getvalue())
 
 
 # ---------------------------------------------------------------------- solver registry

@@ -44,6 +44,10 @@ Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or Non
 SCIP_TIME_MAX = 1e20
 SCIP_SEED_MAX = 2 ** 31 - 1
 SCIP_THREADS_MAX = 64
+#: ipopt-enum's `starts`: its random aggregator sequences are drawn before the search (and
+#: its time limit) starts, so their number is bounded
+MAX_STARTS = 10_000
+WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
 
 
 class OptionError(ValueError):
@@ -130,15 +134,29 @@ def _no_weights(v: Mapping[str, Any]) -> str | None:
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
     """Each entry checked by Ipopt itself (name, type, range) when the options are built.
 
-    `solvers.ipopt_check` sets it on a throwaway problem; cyipopt is imported only for a
+    `solvers.native_check` sets it on a throwaway problem; cyipopt is imported only for a
     non-empty mapping (without it, the method reports cyipopt missing)."""
     if not v:
         return None
     try:
-        from .ipopt_check import check_ipopt_options
+        from .native_check import check_ipopt_options
     except ImportError:
         return None
     return check_ipopt_options(v)
+
+
+def _scip_entries(v: Mapping[str, Any]) -> str | None:
+    """Each entry checked by SCIP itself (name, type, range) when the options are built.
+
+    `solvers.native_check` sets it on a throwaway SCIP model; pyscipopt is imported only for
+    a non-empty mapping (without it, the method reports SCIP missing)."""
+    if not v:
+        return None
+    try:
+        from .native_check import check_scip_options
+    except ImportError:
+        return None
+    return check_scip_options(v)
 
 
 # ---------------------------------------------------------------------- type handling
@@ -259,7 +277,8 @@ class IpoptEnumOptions(IpoptOptions):
     sweeps: int = option(2, "coordinate sweeps over each round's aggregator, per start",
                          check=at_least(1), group="search")
     starts: int = option(2, "sweep starts: the best distinct seeds; also adds starts - 1 random "
-                         "aggregator sequences to the seeds", check=at_least(1),
+                         "aggregator sequences to the seeds (drawn before the search, so at "
+                         f"most {MAX_STARTS:,})", check=in_interval(1, MAX_STARTS),
                          group="search")
     seed: int = option(0, "seed of the random aggregator sequences (starts > 1)",
                        check=at_least(0), group="search")
@@ -271,7 +290,8 @@ class IpoptEnumOptions(IpoptOptions):
                            flagged=False, group="search")
     workers: int | None = option(None, "processes for the independent Ipopt solves (seeds, "
                                  "aggregator moves); the answer is the same for any number "
-                                 "(none: every core of this machine)", check=at_least(1),
+                                 "(none: every core of this machine)",
+                                 check=in_interval(1, WORKERS_MAX),
                                  flagged=False, group="solver")
 
 
@@ -306,7 +326,9 @@ class ScipOptions(MethodOptions):
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
-    scip_options: dict = option({}, "extra SCIP parameters (name -> value)", cli=False)
+    scip_options: dict = option({}, "extra SCIP parameters (name -> value), each checked by "
+                                "SCIP when the options are built", check=_scip_entries,
+                                cli=False)
 
 
 @dataclass(frozen=True)
@@ -376,6 +398,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),
+    "search_budget": ("network passes the search after the first finished point may spend, "
+                      "as a multiple of the relaxed phase's (outer plus inner iterations); "
+                      "when they run out the search stops ('search budget') with the best "
+                      "point so far", at_least(0), None),
 }
 #: PDConstants fields that keep a flag of their own; the others are set with --set/--options
 PD_FLAGGED = ("max_outer",)
@@ -742,7 +768,8 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
             rule = ("one of " + ", ".join(f.metadata["choices"]) if f.metadata.get("choices")
                     else _check_text(f.metadata.get("check")))
             wrap.initial_indent = "      "
-            lines += wrap.wrap(f.metadata["doc"] + (f" [{rule}]" if rule else ""))
+            rule = " [" + rule.replace(" ", "\u00a0") + "]" if rule else ""   # one word
+            lines += [ln.replace("\u00a0", " ") for ln in wrap.wrap(f.metadata["doc"] + rule)]
     return "\n".join(lines)
 
 

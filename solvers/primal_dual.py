@@ -89,7 +89,11 @@ class PDConstants:
     agg_screen of them are finished (`solvers/aggregator_moves.py`).
     refine_rounds: after each candidate's search, rounds of association moves at its finished
     point followed by a new finishing phase, each kept only when the finished J falls (stops
-    at the first round that moves nothing or does not lower J; 0: off)."""
+    at the first round that moves nothing or does not lower J; 0: off).
+    search_budget: the search after the first finished point (every move kind, its estimates
+    and finishing phases) may spend this many times the relaxed phase's network passes (outer
+    plus inner iterations; a linearisation or an inner iteration is one pass); when they run
+    out the search stops with `search_stop` "search budget" and keeps the best point so far."""
     lambda1: float = 0.03
     L_C: float = 0.1
     zeta: float = 1.0
@@ -122,6 +126,7 @@ class PDConstants:
     candidates: int = 2
     refine_rounds: int = 3
     agg_screen: int = 3
+    search_budget: float = 4.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

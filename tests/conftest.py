@@ -139,3 +139,23 @@ def paper_net(tmp_path_factory):
     net = tmp_path_factory.mktemp("paper_net") / "net.json"
     make_instance("paper", rounds=3, seed=11).save(net)
     return net
+
+
+@pytest.fixture(scope="session")
+def enumerated():
+    """`enumerated(preset, **make_instance kwargs)`: the instance and the brute-force optimum
+    over every binary choice (`centralized.exhaustive`: best objective, solution, number of
+    choices), each computed once per process. The tests that use it carry
+    `pytest.mark.xdist_group("enumerated")`, so that under pytest-xdist one worker computes
+    each optimum once."""
+    from cefl_opt.generator import make_instance
+    from cefl_opt.solvers.centralized import exhaustive
+    cache: dict = {}
+
+    def get(preset: str, **kw):
+        key = (preset, repr(sorted(kw.items())))
+        if key not in cache:
+            inst = make_instance(preset, **kw)
+            cache[key] = (inst, exhaustive(inst))
+        return cache[key]
+    return get

@@ -29,10 +29,10 @@ def tiny():
 # ---------------------------------------------------------------------- polish: keep the better
 @pytest.fixture(scope="module")
 def two_points(tiny):
-    """Two feasible points of tiny, the better (lower objective) first."""
-    from cefl_opt.solvers.base import solve
-    good = solve(tiny, "ipopt-enum").solution
+    """Two feasible points of tiny, the better (lower objective) first: the reference point and
+    Ipopt's optimum with its binaries fixed."""
     ref = reference_solution(tiny)
+    good, _status, _obj = centralized.FixedNLP(tiny).solve(ref.rounds)
     eg, er = evaluate(tiny, good), evaluate(tiny, ref)
     assert eg.feasible and er.feasible and eg.objective < er.objective
     return good, ref

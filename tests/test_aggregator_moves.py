@@ -204,13 +204,13 @@ def test_screen_estimates_only_when_a_visit_has_more_trials(screen, estimated):
 
 
 # ---------------------------------------------------------------------- the whole method
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_tiny_equals_the_enumerated_optimum(seed):
+def test_tiny_equals_the_enumerated_optimum(seed, enumerated):
     """The binaries found are optimal (Ipopt with them fixed reaches the brute-force optimum);
     the continuous part is the SCA's, within its tolerances."""
-    from cefl_opt.solvers.centralized import FixedNLP, exhaustive
-    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
-    best, _sol, _count = exhaustive(inst)
+    from cefl_opt.solvers.centralized import FixedNLP
+    inst, (best, _sol, _count) = enumerated("tiny", seed=seed, bss=2, rounds=1)
     sol, info = solve_decentralized(inst)
     assert info["feasible"] and info["central_steps"] == []
     _s, _status, at_ours = FixedNLP(inst).solve(sol.rounds)
@@ -292,7 +292,9 @@ def test_screened_search_runs_by_messages_and_finishes_one_trial_per_visit(tiny_
 @pytest.mark.parametrize("name, value", [("candidates", 0), ("candidates", 3),
                                          ("agg_passes", -1), ("refine_rounds", -1),
                                          ("refine_rounds", 1.5), ("agg_screen", 0),
-                                         ("agg_screen", 1.5), ("agg_screen", True)])
+                                         ("agg_screen", 1.5), ("agg_screen", True),
+                                         ("search_budget", -1e-9),
+                                         ("search_budget", float("nan"))])
 def test_bad_search_constants_are_refused(name, value):
     inst = make_instance("tiny", seed=0)
     with pytest.raises(ValueError, match=name):
@@ -306,25 +308,28 @@ def test_bad_search_constants_are_refused(name, value):
                                              ("candidates", 1, True), ("agg_passes", 0, True),
                                              ("refine_rounds", 0, True),
                                              ("agg_screen", 1, True)])
-def test_search_constants_on_the_command_line(tmp_path, name, value, ok):
+def test_search_constants_on_the_command_line(tmp_path, capsys, name, value, ok):
+    """`solve --set` accepts the range ends and refuses the values past them with exit 2 (in
+    process: the command line's checks, one outer iteration of the solve)."""
+    from cefl_opt import cli
     inst = make_instance("tiny", seed=0, rounds=1)
     path = tmp_path / "inst.json"
     inst.save(path)
     out_path = tmp_path / "sol.json"
-    out = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(path), "--method",
-                          "decentralized", "--set", f"{name}={value}", "--out", str(out_path)],
-                         capture_output=True, text=True, timeout=600)
+    rc = cli.main(["solve", str(path), "--method", "decentralized", "--set", f"{name}={value}",
+                   "--max-outer", "1", "--no-progress", "--out", str(out_path)])
+    err = capsys.readouterr().err
     if ok:
-        assert out.returncode == 0, out.stderr[-2000:]
+        assert rc == 0, err[-2000:]
         assert out_path.exists()
     else:
-        assert out.returncode == 2, out.stderr[-2000:]
-        assert "cefl-opt: error:" in out.stderr and name in out.stderr
-        assert "Traceback" not in out.stderr and not out_path.exists()
+        assert rc == 2, err[-2000:]
+        assert "cefl-opt: error:" in err and name in err
+        assert "Traceback" not in err and not out_path.exists()
 
 
 # ------------------------------------------------------------ refinement at finished points
-def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None):
+def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budget=None):
     """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
     after a move gives J = Js[k]; the priced moves at the k-th point move moves[k] UEs, the
     exact trials exact[k] and the group moves group[k] groups (0 if not given)."""
@@ -342,7 +347,8 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None):
 
     monkeypatch.setattr(dz, "association_moves", fake_moves)
     monkeypatch.setattr(dz, "exact_top_moves", lambda st, u, free, **kw:
-                        (u, {"exact_moves": (exact or [0] * 9)[calls["moves"] - 1]}))
+                        (u, {"exact_moves": (exact or [0] * 9)[calls["moves"] - 1],
+                             "exact_trials": 2}))
     monkeypatch.setattr(dz, "exact_group_moves", lambda st, u, free, **kw:
                         (u, {"group_moves": (group or [0] * 9)[calls["moves"] - 1],
                              "group_trials": 3}))
@@ -351,7 +357,7 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None):
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
     run = SimpleNamespace(st=SimpleNamespace(n_rows=2, force_rows=np.array([], int)),
                           k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
-                          dec=False, finished=[])
+                          dec=False, finished=[], budget=budget)
     run.st.linearise = None
     return dz._refine(run, _cand(2.0, u=np.zeros(1)), None), calls, run
 
@@ -360,7 +366,7 @@ def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
     assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
-                   "group_moves": 0, "group_trials": 9}
+                   "group_moves": 0, "group_trials": 9, "exact_trials": 6}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
 
@@ -370,7 +376,7 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
     assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
-                   "group_moves": 0, "group_trials": 3}
+                   "group_moves": 0, "group_trials": 3, "exact_trials": 2}
 
 
 def test_refine_rounds_bound_the_work(monkeypatch):
@@ -382,14 +388,14 @@ def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 0, "group_trials": 6}
+                   "group_moves": 0, "group_trials": 6, "exact_trials": 4}
 
 
 def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 3, "group_trials": 6}
+                   "group_moves": 3, "group_trials": 6, "exact_trials": 4}
 
 
 # ------------------------------------------------------------ the screen and groups over MPI
@@ -421,3 +427,68 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
                 "aggregators_final"):
         assert got["info"][key] == local[key], key
+
+
+# ---------------------------------------------------------------------- the search's budget
+def test_budget_charges_and_stops_for_good_at_its_limit():
+    from cefl_opt.solvers.decentralized import SearchBudget
+    b = SearchBudget(limit=10)
+    assert b.afford(9) and b.spent == 9 and not b.stopped
+    assert not b.afford(1) and b.stopped                  # 10 passes spent: the limit
+    b.spent = 0                                           # once stopped it stays stopped
+    assert not b.afford() and SearchBudget(limit=0).afford() is False
+
+
+def test_budget_stops_the_aggregator_search_before_a_trial():
+    st = _fake_structure(2, 3)
+    table = {k: float(-k[0] - k[1]) for k in itertools.product(range(3), repeat=2)}
+    calls = []
+    inc = _cand(0.0, u=_point(st, (0, 0)))
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=5,
+                                      viol_tol=TOL, afford=lambda: len(calls) < 3)
+    assert len(calls) == cnt["aggregator_trials"] == 3          # the 4th trial is not paid
+    assert agm.aggregators(st, best.u) == [2, 1] and best.J == -3.0   # best finished kept
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
+                                      viol_tol=TOL, afford=lambda: False)
+    assert best is inc and cnt["aggregator_visits"] == 0
+
+
+def _grants(n, log):
+    """A budget that affords its first n requests."""
+    def afford(passes=0):
+        log.append(passes)
+        return len(log) <= n
+    return SimpleNamespace(afford=afford)
+
+
+def test_budget_stops_refine_before_a_round_and_before_an_unpaid_finishing_phase(monkeypatch):
+    # two grants: round 1 moves and is finished (J falls); round 2 is refused at its start
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.9, 1.8], [1, 1], 5,
+                                               budget=_grants(2, []))
+    assert best.J == 1.9 and calls == {"moves": 1, "finish": 1} and cnt["refine_rounds"] == 1
+    # one grant: round 1 moves, but its finishing phase is not paid: the incumbent stays
+    (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.9], [1], 5,
+                                               budget=_grants(1, []))
+    assert best.J == 2.0 and calls == {"moves": 1, "finish": 0} and cnt["refine_accepted"] == 0
+
+
+@pytest.mark.parametrize("preset, seed", [("tiny", 3), ("tiny", 8),
+                                          pytest.param("small", 8, marks=pytest.mark.slow)])
+def test_default_is_never_worse_than_the_search_free_run_and_a_zero_budget_is_that_run(preset,
+                                                                                       seed):
+    """The search starts from the search-free run's finished point and accepts only falls of
+    J: the default is at or below it; with no budget the search stops at once ("search
+    budget") and returns exactly that point; an ample one lets it complete."""
+    inst = make_instance(preset, seed=seed, rounds=2)
+    free_k = {"agg_passes": 0, "candidates": 1, "refine_rounds": 0}
+    s0, i0 = solve_decentralized(inst, constants=free_k)
+    s1, i1 = solve_decentralized(inst)
+    assert s1.objective <= s0.objective * (1 + 1e-12) and system.evaluate(inst, s1).feasible
+    assert i1["search_stop"] in ("completed", "search budget")
+    assert i1["search_budget_passes"] == 4.0 * (i1["outer_iterations_relaxed"] + sum(
+        r["inner_iters"] for r in i1["trace"] if r["phase"] == "relaxed"))
+    sz, iz = solve_decentralized(inst, constants={"search_budget": 0.0})
+    assert iz["search_stop"] == "search budget" and iz["search_finishing_phases"] == 0
+    assert sz.objective == s0.objective and iz["aggregator_trials"] == 0
+    _sb, ib = solve_decentralized(inst, constants={"search_budget": 1e9})
+    assert ib["search_stop"] == "completed"

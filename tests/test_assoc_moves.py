@@ -377,3 +377,22 @@ def test_group_moves_take_the_best_of_several_targets():
     ev2 = system.evaluate(inst, _solution(inst, st, u2)).objective
     for *_key, ev in _group_trials(inst, _solution(inst, st, u2)):
         assert not ev.feasible or ev.objective >= ev2 * (1 - 1e-9)
+
+
+def test_vetoes_keep_the_kind_of_the_best_trial():
+    """Two chosen trials meet at one local epigraph variable e: one lowers it, the other raises
+    one of its rows. The kind of the trial with the larger predicted gain stays, the other is
+    vetoed (on its target's nonzero); trials of one kind are never vetoed."""
+    from types import SimpleNamespace
+    groups = [np.array([0, 1]), np.array([2, 3])]       # group 0: 0 -> 1, group 1: 2 -> 3
+    prop = np.array([-1.0, 1.0, -1.0, 1.0])
+
+    def by_host(g, keep=None):                          # one host reads every variable
+        return {0: {int(v): int(v) for v in g if keep is None or keep[v] != 0}}
+    H = SimpleNamespace(st=SimpleNamespace(jac_cols=np.arange(4)), by_host=by_host)
+    mixed = {(0, 1): {9: (-0.5, False)}, (0, 3): {9: (0.2, True)}}
+    for gains, vetoed in (([0, 2.0, 0, 1.0], 3), ([0, 1.0, 0, 2.0], 1)):
+        veto = am._vetoes(H, groups, prop, np.array(gains), mixed)
+        assert veto.tolist() == [float(i == vetoed) for i in range(4)], gains
+    same = {(0, 1): {9: (-0.5, False)}, (0, 3): {9: (-0.2, False)}}
+    assert not am._vetoes(H, groups, prop, np.array([0, 1.0, 0, 2.0]), same).any()

@@ -285,8 +285,8 @@ def test_matrix_is_large_enough():
 
 # ---------------------------------------------------------------------- failures after work
 def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
-    """--trace goes into place after the solution; an --out that cannot be written (here: the
-    target path is taken by a folder created during the solve) leaves no trace either."""
+    """--trace goes into place with the solution, both or neither: an --out, or a --trace, that
+    cannot be written (here: the write of one is refused) leaves neither behind."""
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
     argv = ["solve", str(net), "--method", "centralized-pd", "--max-outer", "2",
@@ -296,20 +296,22 @@ def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
     assert (tmp_path / "t.csv").read_text().startswith("outer,")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
-    import cefl_opt.solution as solution_mod
-    real_save = solution_mod.Solution.save
-
-    def failing_save(self, path):
-        raise PermissionError(13, "Permission denied", str(path))
-    solution_mod.Solution.save = failing_save
-    try:
-        rc = cli.main(argv[:-4] + ["--out", str(tmp_path / "s2.json"), "--trace",
-                                   str(tmp_path / "t2.csv")])
-    finally:
-        solution_mod.Solution.save = real_save
-    err = capsys.readouterr().err
-    assert rc == 2 and "s2.json" in err and "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
+    from cefl_opt import io as cefl_io
+    real_stage = cefl_io._stage
+    for refused in ("s2.json", "t2.csv"):
+        def failing_stage(p, data):
+            if p.name == refused:
+                raise PermissionError(13, "Permission denied", str(p))
+            return real_stage(p, data)
+        cefl_io._stage = failing_stage
+        try:
+            rc = cli.main(argv[:-4] + ["--out", str(tmp_path / "s2.json"), "--trace",
+                                       str(tmp_path / "t2.csv")])
+        finally:
+            cefl_io._stage = real_stage
+        err = capsys.readouterr().err
+        assert rc == 2 and refused in err and "Traceback" not in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
 
 def _assert_interrupted_cleanly(script: str, folder: Path) -> None:

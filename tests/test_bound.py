@@ -17,7 +17,6 @@ from cefl_opt.generator import make_instance
 from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
 from cefl_opt.solvers.bound import (cap_objective, decomposed_bound, delay_floors, ml_floor,
                                     round_instance, verified_reference)
-from cefl_opt.solvers.centralized import exhaustive
 from cefl_opt.solvers.options import OptionError, ScipOptions
 
 
@@ -81,23 +80,23 @@ def test_round_instance_is_that_round():
     np.testing.assert_array_equal(r.Rmax_bs, inst.Rmax_bs)
 
 
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_decomposed_bound_is_below_the_enumerated_optimum(seed):
-    inst = make_instance("tiny", seed=seed)
-    best, _sol, _count = exhaustive(inst)
+def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
+    inst, (best, _sol, _count) = enumerated("tiny", seed=seed)
     free = decomposed_bound(inst, 8)
-    cut = decomposed_bound(inst, 20, incumbent=best)
+    cut = decomposed_bound(inst, 40, incumbent=best)
     assert free.bound <= best * (1 + 1e-6) and cut.bound <= best * (1 + 1e-6)
     assert cut.bound >= 0.8 * best            # and, given the optimum's value, not a trivial one
     assert cut.cutoff == best and cut.cutoff_source == "incumbent"
     assert free.cutoff_source == "reference" and free.cutoff >= best * (1 - 1e-9)
 
 
-def test_an_incumbent_below_the_optimum_is_the_bound():
+@pytest.mark.xdist_group("enumerated")
+def test_an_incumbent_below_the_optimum_is_the_bound(enumerated):
     # min P >= min(U, bound under J <= U): with U below the optimum nothing lies under the
     # cut, and the bound is U itself
-    inst = make_instance("tiny", seed=0)
-    best, _sol, _count = exhaustive(inst)
+    inst, (best, _sol, _count) = enumerated("tiny", seed=0)
     r = decomposed_bound(inst, 10, incumbent=0.5 * best)
     assert r.bound == 0.5 * best
 
@@ -150,39 +149,45 @@ def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path):
     assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
 
 
-def _closable():
-    # one BS, one round, narrow f and gamma: small enough for SCIP to close
-    return make_instance("tiny", seed=0, bss=1, rounds=1, f_min=np.full(2, 0.5e9), gamma_max=5.0)
+def _closable(enumerated):
+    """One BS, one round, narrow f and gamma: small enough for SCIP to close; the instance and
+    its enumerated optimum."""
+    inst, (best, _sol, _count) = enumerated("tiny", seed=0, bss=1, rounds=1,
+                                            f_min=np.full(2, 0.5e9), gamma_max=5.0)
+    return inst, best
 
 
-def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff():
-    inst = _closable()
-    best, _sol, _count = exhaustive(inst)
+@pytest.mark.xdist_group("enumerated")
+def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff(enumerated):
+    inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=60, incumbent=0.5 * best)
     assert res.solution_status == SolutionStatus.noSolution and res.solution is None
     assert res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied
     assert res.bound == 0.5 * best and "cutoff" in res.message
 
 
-def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it():
-    inst = _closable()
-    best, _sol, _count = exhaustive(inst)
+@pytest.mark.xdist_group("enumerated")
+def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
+    inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=120, gap=0.02, incumbent=1.05 * best)
     assert res.bound <= best * (1 + 1e-6)
     assert res.objective == pytest.approx(best, rel=1e-4)
     assert res.info["cutoff"] == 1.05 * best
 
 
-def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it():
-    inst = make_instance("tiny", seed=1)
-    best, _sol, _count = exhaustive(inst)
-    res = solve(inst, "decomposed-bound", time_limit=60)   # the incumbent's share: 18 s
+@pytest.mark.xdist_group("enumerated")
+def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it(enumerated, monkeypatch):
+    from cefl_opt.solvers import bound
+    monkeypatch.setattr(bound, "INCUMBENT_SHARE", 0.9)   # decentralized's time, under load
+    inst, (best, _sol, _count) = enumerated("tiny", seed=1)
+    res = solve(inst, "decomposed-bound", time_limit=90)
     assert res.solution_status == SolutionStatus.feasible
     ev = system.evaluate(inst, res.solution)
     assert ev.feasible and res.objective == pytest.approx(ev.objective, rel=1e-9)
     assert res.bound <= best * (1 + 1e-6) <= res.objective * (1 + 1e-6)
     assert res.gap == pytest.approx((res.objective - res.bound) / res.objective)
     assert res.info["incumbent_method"] == "decentralized"
+    assert res.info["report"]["cutoff_source"] == "incumbent"
 
 
 def test_the_method_with_an_incumbent_reports_a_bound_only():

@@ -80,6 +80,27 @@ def test_raising_gamma_max_never_raises_the_round_floor(floors):
     assert lo20 == pytest.approx(lo5, rel=1e-6)    # gamma is fixed at gamma_min: no effect
 
 
+def test_delay_floors_by_hand_where_the_dc_links_are_slowest():
+    """DC-to-DC links 20 and 80 s slow (asymmetric): the aggregation floor of aggregator k is
+    the other DC's transfer to k, the reception floor k's transfer to the other DC; both hold
+    at feasible points with that aggregator (`system.evaluate`)."""
+    base = make_instance("tiny", seed=3)
+    R = np.array([[[1e9, 2e6], [5e5, 1e9]]] * base.T)
+    inst = make_instance("tiny", seed=3, R_ss=R)
+    LA, LR = bd.delay_floors(inst)
+    bM = inst.beta_M
+    for t in range(inst.T):
+        for k in range(inst.S):
+            o = 1 - k
+            assert LA[t, k] == pytest.approx(bM / R[t, o, k], rel=1e-12)
+            assert LR[t, k] == pytest.approx(bM / R[t, k, o], rel=1e-12)
+    assert LA[0, 0] != LR[0, 0]
+    for k in range(inst.S):
+        ev = system.evaluate(inst, system.reference_solution(inst, aggregator=k))
+        for t, r in enumerate(ev.rounds):
+            assert r["dA"] >= LA[t, k] * (1 - 1e-9) and r["dR"] >= LR[t, k] * (1 - 1e-9)
+
+
 def test_round_floor_caps_the_delays():
     # a cap below the round's least delay leaves no point: SCIP proves it, the floor is +inf
     inst = _round_instance(5.0)
@@ -107,10 +128,17 @@ def _cells(inst, cells):
     return np.geomspace(d * T * inst.gamma_min, d * T * inst.gamma_max, cells + 1)
 
 
-@pytest.mark.parametrize("preset, seed, T", [("tiny", 0, 2), ("paper", 0, 3)])
-def test_ml_floor_is_below_the_remainder_at_both_ends_and_the_middle_of_each_cell(preset, seed,
-                                                                                  T):
-    inst = make_instance(preset, seed=seed, rounds=T)
+def _ml_instance(name):
+    if name == "hand":       # Theta and sigma differ between the DPUs (the generator's do not)
+        from conftest import hand_instance
+        return hand_instance()
+    preset, seed, T = name
+    return make_instance(preset, seed=seed, rounds=T)
+
+
+@pytest.mark.parametrize("name", [("tiny", 0, 2), ("paper", 0, 3), "hand"], ids=str)
+def test_ml_floor_is_below_the_remainder_at_both_ends_and_the_middle_of_each_cell(name):
+    inst = _ml_instance(name)
     cells = 50
     F, c0 = bd.ml_floor(inst, cells=cells)
     g = _cells(inst, cells)
@@ -125,6 +153,18 @@ def test_ml_floor_is_below_the_remainder_at_both_ends_and_the_middle_of_each_cel
         assert c0[j] == pytest.approx(_ml_rest(inst, g[j])[1], rel=1e-12)   # exact at g1
         # tight: below the least remainder over the cell by at most the cell's spread
         assert F[j] >= min(rest) * (1 - 0.05), j
+
+
+def test_ml_floor_is_tight_at_fine_cells_where_the_dpus_differ():
+    """Theta and sigma differ between the hand instance's DPUs; the remainder takes the
+    largest of each (`system.ml_bound`), and so must the floor: at 400 cells it lies within
+    the cell's spread (about 0.75 %) of the remainder at the cell's ends."""
+    inst = _ml_instance("hand")
+    F, _c0 = bd.ml_floor(inst, cells=400)
+    g = _cells(inst, 400)
+    for j in range(0, 400, 7):
+        r = min(_ml_rest(inst, g[j])[0], _ml_rest(inst, g[j + 1])[0])
+        assert r * (1 - 0.01) <= F[j] <= r * (1 + REL), j
 
 
 def test_ml_floor_of_a_point_cell_is_the_remainder_there():

@@ -9,8 +9,7 @@ import pytest
 from cefl_opt import system
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
-from cefl_opt.solvers.centralized import (exhaustive, greedy_data_aggregators,
-                                          greedy_rate_aggregators)
+from cefl_opt.solvers.centralized import greedy_data_aggregators, greedy_rate_aggregators
 
 BASELINES = ["fixed", "greedy-data", "greedy-rate", "no-offload"]
 
@@ -20,11 +19,11 @@ def small():
     return make_instance("small", seed=3, rounds=2)
 
 
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ipopt_enum_matches_exhaustive_enumeration(seed):
+def test_ipopt_enum_matches_exhaustive_enumeration(seed, enumerated):
     # brute force: every aggregator and every UE-BS association, Ipopt on each
-    inst = make_instance("tiny", seed=seed, bss=2, rounds=1)
-    best, _sol, count = exhaustive(inst)
+    inst, (best, _sol, count) = enumerated("tiny", seed=seed, bss=2, rounds=1)
     assert count == 2 * 4 * 4
     res = solve(inst, "ipopt-enum")
     assert res.solution_status == SolutionStatus.feasible
@@ -86,9 +85,9 @@ def test_greedy_data_picks_the_hot_subnetwork():
     assert greedy_data_aggregators(inst) == [inst.dc_subnet.index(h) for h in hot]
 
 
-def test_scip_reports_a_feasible_incumbent_and_a_valid_bound():
-    inst = make_instance("tiny", seed=0, bss=2, rounds=1)
-    best, _sol, _ = exhaustive(inst)
+@pytest.mark.xdist_group("enumerated")
+def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
+    inst, (best, _sol, _) = enumerated("tiny", seed=0, bss=2, rounds=1)
     res = solve(inst, "scip", time_limit=10)
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
@@ -168,12 +167,13 @@ def test_unknown_method_is_a_clear_error(small):
         solve(small, "magic")
 
 
+@pytest.mark.xdist_group("enumerated")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed):
+def test_scip_closes_a_tiny_instance_at_the_enumerated_optimum(seed, enumerated):
     # one BS, one round, f in [0.5, 2.3] GHz, gamma <= 5: small enough for SCIP's spatial B&B
     # to close a 2 % gap (measured: both seeds in ~35 s together)
-    inst = make_instance("tiny", seed=seed, bss=1, rounds=1, f_min=np.full(2, 0.5e9), gamma_max=5.0)
-    best, _sol, count = exhaustive(inst)
+    inst, (best, _sol, count) = enumerated("tiny", seed=seed, bss=1, rounds=1,
+                                           f_min=np.full(2, 0.5e9), gamma_max=5.0)
     res = solve(inst, "scip", time_limit=600, gap=0.02)
     assert res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied
     assert res.bound <= best * (1 + 1e-6)

@@ -183,6 +183,22 @@ def test_site_serves_its_math_renderer(site):
     assert formulation.count('class="arithmatex"') > 100
 
 
+def test_every_record_value_is_filled_in(site):
+    left = [str(p.relative_to(site)) for p in site.rglob("*.html")
+            if re.search(r"\[\[rec:[a-z0-9_]+\]\]", p.read_text(encoding="utf-8"))]
+    assert left == []
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "recorded at" in home and "Machines:" in home      # the headline block, filled
+
+
+def test_missing_math_renderer_fails_the_build_with_a_clear_error(monkeypatch, tmp_path):
+    hook = _hook()
+    monkeypatch.setattr(hook.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="MathJax is not installed.*make install"):
+        hook.copy_mathjax(tmp_path)
+    assert not (tmp_path / "javascripts").exists()
+
+
 def test_check_descriptions_against_hand_values():
     from cefl_opt.solvers.options import at_least, in_interval, positive
     hook = _hook()

@@ -319,11 +319,13 @@ def _argv_full(kind: str, files: Path, root: Path) -> tuple[list, Path]:
     if kind == "plot":
         out = root / "a" / "b" / "fig.png"
         return ["plot", files / "tiny.json", files / "tiny_sol.json", "--out", out], out
+    if kind == "run":              # the report file is named as in --out, not the staging folder
+        return RUN + ["--out", root / "x" / "rep"], root / "x" / "rep" / "instance.json"
     out = root / "n1" / "n2" / "s.json"
     return ["solve", files / "tiny.json", "--method", "greedy-rate", "--out", out], out
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, tmp_path,
                                                                    capsys, monkeypatch):
     real = os.fdopen
@@ -342,7 +344,7 @@ def test_full_disk_simulated_names_the_output_and_leaves_no_folder(kind, files, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["plot", "solve"])
+@pytest.mark.parametrize("kind", ["plot", "solve", "run"])
 def test_full_tmpfs_names_the_output_and_leaves_no_folder(kind, files, full_disk, capsys):
     argv, out = _argv_full(kind, files, full_disk)
     rc, _, err = call(argv, capsys)
@@ -470,6 +472,6 @@ def test_scip_errors_go_into_the_message(files, tmp_path, capsys):
                            str(tmp_path / "s.json"), "--options", str(opts)],
                           capture_output=True, text=True, timeout=300)
     line = one_error_line(proc.stderr)
-    assert proc.returncode == 4 and "limits/time" in line and "[0,1e+20]" in line, line
+    assert proc.returncode == 2 and "limits/time" in line and "[0,1e+20]" in line, line
     assert "paramset.c" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.toml"]

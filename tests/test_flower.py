@@ -335,7 +335,7 @@ def files(tmp_path, net):
 def _train(files, *extra):
     return main(["train", str(files / "net.json"), str(files / "sol.json"), "--dataset",
                  "digits", "--train-rounds", "2", "--no-progress", "--out", str(files / "h.csv"),
-                 *extra])
+                 "--overwrite", *extra])             # the runs share h.csv and its targets table
 
 
 def test_cli_flower_not_installed_is_exit_2(files, monkeypatch, capsys):

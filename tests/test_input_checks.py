@@ -143,7 +143,7 @@ def test_a_bad_ipopt_options_entry_is_exit_2_naming_it(net, tmp_path, capfd, tex
 
 
 def test_good_ipopt_options_are_kept_and_an_integer_for_a_real_option_becomes_a_float():
-    from cefl_opt.solvers.ipopt_check import ipopt_values
+    from cefl_opt.solvers.native_check import ipopt_values
     o = FixedOptions(ipopt_options={"max_iter": 7, "tol": 1, "mu_strategy": "monotone"})
     assert o.ipopt_options == {"max_iter": 7, "tol": 1, "mu_strategy": "monotone"}
     got = ipopt_values(o.ipopt_options)
@@ -418,12 +418,96 @@ def test_decomposed_bound_compares_bound_and_incumbent_under_the_same_weights(ne
     def fake(inst_, left, inc, *, weights=None, **kw):
         seen.update(inc=inc, weights=weights)
         return bound_mod.DecomposedBound(bound=0.5 * inc, ml=0.0, rounds=[[0.0]], status=[[""]],
-                                         cutoff=inc, wall_s=0.0, closed=False)
+                                         cutoff=inc, wall_s=0.0, closed=False, cells=[0.5 * inc],
+                                         cell_edges=[1.0, 2.0])
     monkeypatch.setattr(bound_mod, "decomposed_bound", fake)
-    res = solve(inst, "decomposed-bound", weights=DOUBLE, time_limit=30.0)
+    # the fake bound takes no time: the limit only leaves decentralized (its share) room to end
+    res = solve(inst, "decomposed-bound", weights=DOUBLE, time_limit=600.0)
     under_w = system.evaluate(inst, res.solution, weights=DOUBLE).objective
     assert seen["weights"] == DOUBLE and seen["inc"] == pytest.approx(under_w, rel=1e-12)
     assert res.objective == pytest.approx(under_w, rel=1e-12)
     assert res.solution.weights == DOUBLE
     assert res.gap == pytest.approx(0.5)
     assert system.evaluate(inst, res.solution).objective != pytest.approx(under_w)
+
+
+# ---------------------------------------------------------------------- scip_options
+@pytest.mark.parametrize("text,needle", [
+    ('"limits/time" = 1e308', "entry 'limits/time' = 1e+308 is refused by SCIP: Invalid value "
+                              "<1e+308> for real parameter <limits/time>. Must be in range "
+                              "[0,1e+20]"),
+    ('"limits/bogus" = 1', "entry 'limits/bogus' = 1 is refused by SCIP: not a SCIP parameter"),
+    ('"limits/nodes" = 1.5', "entry 'limits/nodes' = 1.5 is refused: SCIP would store it as 1"),
+    ('"limits/time" = "x"', "entry 'limits/time' = 'x' is refused by SCIP"),
+    ('"randomization/randomseedshift" = -1', "entry 'randomization/randomseedshift' = -1"),
+])
+def test_a_bad_scip_options_entry_is_exit_2_naming_it(net, tmp_path, capfd, text, needle):
+    pytest.importorskip("pyscipopt")
+    f, out = tmp_path / "o.toml", tmp_path / "s.json"
+    f.write_text(f"[scip_options]\n{text}\n")
+    rc = cli.main(["solve", str(net / "net.json"), "--method", "scip", "--options", str(f),
+                   "--out", str(out)])
+    cap = capfd.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and needle in lines[0], cap.err
+    assert cap.out == "" and not out.exists()
+
+
+def test_good_scip_options_are_kept_and_leave_the_check_model_as_it_was():
+    pyscipopt = pytest.importorskip("pyscipopt")
+    from cefl_opt.solvers.native_check import _scip_model
+    o = ScipOptions(scip_options={"limits/time": SCIP_TIME_MAX, "limits/nodes": 7,
+                                  "misc/catchctrlc": False, "lp/initalgorithm": "p"})
+    assert o.scip_options["limits/nodes"] == 7
+    fresh = pyscipopt.Model()
+    for k in o.scip_options:
+        assert _scip_model().getParam(k) == fresh.getParam(k)
+
+
+# ---------------------------------------------------------------------- command-line ranges
+@pytest.mark.parametrize("argv,flag,top", [
+    (["estimate", "n.json", "--dataset", "digits", "--out", "e.json"], "--threads", 1024),
+    (["train", "n.json", "s.json", "--dataset", "digits", "--out", "t.csv"], "--threads", 1024),
+    (["estimate", "n.json", "--dataset", "digits", "--out", "e.json"], "--seed", 2 ** 32 - 1),
+    (["train", "n.json", "s.json", "--dataset", "digits", "--out", "t.csv"], "--seed",
+     2 ** 32 - 1),
+    (["network", "generate", "--preset", "tiny", "--out", "n.json"], "--seed", 2 ** 32 - 1),
+])
+def test_thread_counts_and_seeds_of_the_command_line_end_where_documented(argv, flag, top):
+    parser = cli.build_parser([argv[0]])
+    dest = flag[2:]
+    assert getattr(parser.parse_args(argv + [flag, str(top)]), dest) == top      # the end
+    for bad in (top + 1, 10 ** 12, 2 ** 64):
+        with pytest.raises(cli.OptionError, match=f"{flag}.*<= {top}, got '{bad}'"):
+            parser.parse_args(argv + [flag, str(bad)])
+
+
+def test_ipopt_enum_starts_are_bounded_so_the_time_limit_holds(tmp_path, capsys):
+    """The random sequences are drawn before the search: 10**9 starts never reached the
+    time limit's check; they are refused by name, before any work."""
+    from cefl_opt.solvers.options import MAX_STARTS, IpoptEnumOptions
+    assert IpoptEnumOptions(starts=MAX_STARTS).starts == MAX_STARTS
+    rc = cli.main(["solve", str(tmp_path / "missing.json"), "--method", "ipopt-enum",
+                   "--starts", str(10 ** 9), "--time-limit", "5", "--out",
+                   str(tmp_path / "s.json")])
+    assert rc == 2
+    _one_error(capsys, f"option 'starts' must be in [1, {MAX_STARTS}], got 1000000000")
+
+
+def test_plot_titles_give_the_objective_under_the_recorded_weights(api):
+    import matplotlib
+    matplotlib.use("Agg")
+    from cefl_opt import system
+    from cefl_opt.orchestration_plot import plot_orchestration
+    inst, ref = api
+    own = _broken(ref, 0)
+    own.weights = DOUBLE
+    fig, drawn = plot_orchestration(inst, [ref, own], labels=["a", "b"])
+    titles = {d["label"]: d["ax"].get_title() for d in drawn}
+    for label, sol in (("a", ref), ("b", own)):
+        want = system.evaluate(inst, sol, weights=sol.weights).objective
+        assert f"objective {want:.5g}" in titles[label]
+    assert system.evaluate(inst, own).objective != pytest.approx(
+        system.evaluate(inst, own, weights=DOUBLE).objective)
+    import matplotlib.pyplot as plt
+    plt.close(fig)

@@ -2,6 +2,7 @@
 import argparse
 import json
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -145,8 +146,16 @@ def test_every_command_takes_the_display_switches():
         assert {"--progress", "--no-progress", "--quiet"} <= flags, cmd
 
 
-def test_show_progress_resolves_the_command_default():
+def test_show_progress_resolves_the_command_default(monkeypatch):
+    """On a terminal (off one: tests/test_faults_io.py)."""
+    import io
+
     from cefl_opt.cli import show_progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr(sys, "stderr", Tty())
     ns = argparse.Namespace
     assert show_progress(ns(progress=None, quiet=False), True) is True
     assert show_progress(ns(progress=None, quiet=True), True) is False
@@ -157,7 +166,8 @@ def test_show_progress_resolves_the_command_default():
 
 def test_train_progress_bar_follows_the_switch(files, capsys):
     base = ["train", str(files / "net.json"), str(files / "sol.json"), "--dataset", "digits",
-            "--train-rounds", "1", "--test-max", "20", "--out", str(files / "h.csv")]
+            "--train-rounds", "1", "--test-max", "20", "--out", str(files / "h.csv"),
+            "--overwrite"]                       # each run replaces the last one's targets table
     assert main(base + ["--progress"]) == 0
     assert "round" in capsys.readouterr().err
     assert main(base + ["--no-progress"]) == 0

@@ -232,7 +232,7 @@ def test_a_flag_of_another_method_is_an_error_not_ignored():
     (["--method", "scip", "--gap", "nan"], "option 'gap' must be a finite number, got nan"),
     (["--method", "scip", "--time-limit", "nan"], "'time_limit'"),
     (["--method", "ipopt-enum", "--time-limit", "inf"], "'time_limit'"),
-    (["--method", "ipopt-enum", "--starts", "0"], "option 'starts' must be >= 1, got 0"),
+    (["--method", "ipopt-enum", "--starts", "0"], "option 'starts' must be in [1, 10000], got 0"),
     (["--method", "scip", "--threads", "0"], "option 'threads' must be in [1, 64], got 0"),
     (["--method", "ipopt-enum", "--seed", "-1"], "option 'seed' must be >= 0, got -1"),
     (["--method", "decentralized", "--max-outer", "0"], "'max_outer'"),
@@ -331,7 +331,8 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
     monkeypatch.setattr(centralized._Search, "solve", spy)
     for rule in ("greedy_data_aggregators", "greedy_rate_aggregators"):
         monkeypatch.setattr(centralized, rule, lambda inst: [0] * inst.T)
-    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)  # no random seeds
+    res = base.solve(inst, "ipopt-enum", starts=1, seed_decentralized=False,  # no random seeds
+                     workers=1)                          # the spy sees every solve
     assert res.solution is not None
     assert sorted(set(tried)) == [(s,) * inst.T for s in range(inst.S)]
 

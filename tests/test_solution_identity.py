@@ -157,7 +157,7 @@ def toy_files(tmp_path):
 
 
 TRAIN = ["--dataset", "digits", "--train-rounds", "1", "--method", "cefl", "--test-max", "50",
-         "--no-progress"]
+         "--no-progress", "--overwrite"]        # the tests share h.csv and its targets table
 
 
 def test_train_refuses_an_infeasible_orchestration(toy_files, capsys):

@@ -39,7 +39,7 @@ class Mutant:
 
 
 EVAL = ("tests/test_system.py", "tests/test_system_round_and_bs_indices.py",
-        "tests/test_model_agreement.py")
+        "tests/test_model_agreement.py", "tests/test_reference_rates.py")
 MODEL = ("tests/test_model_spec.py", "tests/test_model_agreement.py")
 CENTRAL = ("tests/test_centralized.py", "tests/test_accept_reject.py",
            "tests/test_association.py")
@@ -63,7 +63,8 @@ ASSOC = tuple(_AS + n for n in (
     "group_moves_lower_P_and_end_where_no_group_move_does", "trial_predictions_match_the_evaluator",
     "a_pass_lowers_P_by_at_least_its_predicted_gain",
     "the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR",
-    "exact_moves_lower_P_and_end_where_no_flagged_trial_does"))
+    "exact_moves_lower_P_and_end_where_no_flagged_trial_does",
+    "vetoes_keep_the_kind_of_the_best_trial"))
 _AG = "tests/test_aggregator_moves.py::test_"
 AGG = tuple(_AG + n for n in (
     "better_accepts_only_a_fall_of_J_among_feasible_points",
@@ -117,7 +118,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M13", "solvers/centralized.py",
            "                if new is None or obj2 > obj * (1 + opts.screen):",
            "                if new is None or obj2 < obj * (1 + opts.screen):",
-           "ipopt-enum's sweep polishes only the hopeless moves", CENTRAL),
+           "ipopt-enum's sweep polishes only the hopeless moves", CENTRAL,
+           alts=(("    if new is None or obj2 > obj * (1 + opts.screen):",
+                  "    if new is None or obj2 < obj * (1 + opts.screen):"),)),
     Mutant("M14", "solvers/centralized.py",
            "    return (rep, st, rep_obj) if rep_obj < obj else (sol, st, obj)",
            "    return (rep, st, rep_obj)", "association repair kept even when worse", CENTRAL),

@@ -48,7 +48,7 @@ import warnings
 from typing import Callable, Sequence
 
 from .. import io as cefl_io
-from ..io import InputError
+from ..io import SEED_MAX, THREADS_MAX, InputError
 
 PROG = "cefl-opt"
 EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
@@ -102,10 +102,8 @@ def _num(x: float) -> str:
 
 POSITIVE = number(lo=0, lo_open=True)
 COUNT = number(lo=1, integer=True)           # a count of at least one
-#: every seed of the command line: numpy's seed range (a 32-bit unsigned integer), which
-#: `numpy.random.seed`, `RandomState` and the layouts of `plot` accept
-SEED_MAX = 2 ** 32 - 1
-SEED = number(lo=0, hi=SEED_MAX, integer=True)
+SEED = number(lo=0, hi=SEED_MAX, integer=True)              # cefl_opt.io: numpy's range
+THREADS = number(lo=1, hi=THREADS_MAX, integer=True)        # train and estimate (torch)
 
 
 class Deprecated(argparse.Action):
@@ -140,7 +138,7 @@ def add_display_flags(p: argparse.ArgumentParser) -> None:
     ``--quiet``. They change what is shown, never what is computed or written."""
     g = p.add_argument_group("display")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars on stderr (train, run: on when stderr is a terminal)")
+                   help="progress bars on stderr (train, run: on a TTY)")
     g.add_argument("--quiet", action="store_true",
                    help="nothing on stdout (errors still go to stderr)")
 

@@ -16,7 +16,8 @@ from ..learning.models import MODELS
 from ..learning.options import (TrainOptions, add_train_flags, prepare_train,
                                 write_train_outputs)
 from ..learning.options import parse_targets as _parse_targets
-from . import COUNT, POSITIVE, SEED, OptionError, add_inputs, deprecated, number, show_progress
+from . import (COUNT, POSITIVE, SEED, THREADS, THREADS_MAX, OptionError, add_inputs, deprecated,
+               number, show_progress)
 
 EXIT_ENGINE = 4   # --engine flower: a SuperNode failed or timed out mid-run; nothing written
 
@@ -78,7 +79,8 @@ def register(subparsers) -> None:
     deprecated(e, "--L-method", command="estimate", use="--lipschitz-method", dest="L_method",
                choices=("pairs", "hessian"))
     e.add_argument("--seed", type=SEED, default=0)
-    e.add_argument("--threads", type=COUNT, default=None)
+    e.add_argument("--threads", type=THREADS, default=None,
+                   help=f"torch CPU threads (at most {THREADS_MAX})")
     e.add_argument("--out", required=True, help="JSON of the estimates")
     e.add_argument("--apply", default=None, metavar="OUT_NET",
                    help="also write the instance with L, Theta, zeta1, zeta2, sigma replaced "

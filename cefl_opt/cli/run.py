@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..io import InputError, check_interrupt
+from ..io import InputError, OutputWriteError, check_interrupt
 from . import COUNT, SEED, OptionError, show_progress
 
 
@@ -132,6 +132,11 @@ def run_main(args: argparse.Namespace) -> int:
                      progress=show_progress(args, True))
         _move_into_place(stage, out)
         ok = True
+    except OutputWriteError as e:     # a report file (a full disk): named as --out's, not stage's
+        name = Path(e.filename or "")
+        if stage in name.parents:
+            name = Path(args.out) / name.relative_to(stage)
+        raise OutputWriteError(e.errno, e.strerror, os.fspath(name)) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if not ok and created is not None:

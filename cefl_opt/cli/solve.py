@@ -27,10 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="solve Problem P on an instance",
                        usage="%(prog)s NET --method METHOD --out OUT [options]",
                        formatter_class=_Formatter,
-                       description="Solve P with a named method. Exit 0: solution written "
-                                   "(decomposed-bound: its bound's report);\n2: bad input; 3: "
-                                   "infeasible instance; 4: no solution (time limit,\nsolver "
-                                   "failure).\n\nmethods:\n"
+                       description="Solve P with a named method. Exit 0: written (decomposed-"
+                                   "bound: its report);\n2: bad input; 3: infeasible; 4: no "
+                                   "solution (time limit, solver failure).\n\nmethods:\n"
                                    + "\n".join(f"  {k:21s}{_first_clause(v)}"
                                                for k, v in descs.items()),
                        epilog="A flag or --set key that the method does not take is an error.")

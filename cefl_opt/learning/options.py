@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..io import InputError, check_distinct, check_new, check_writable
+from ..io import (SEED_MAX, THREADS_MAX, InputError, check_distinct, check_new,
+                  check_writable)
 from .data import DATASETS
 from .models import MODELS
 from .trainer import DEFAULT_LR
@@ -28,17 +29,20 @@ DEFAULT_TARGETS = {"fmnist": "0.6,0.7,0.8", "cifar10": "0.4,0.5,0.6",
 DEPRECATED = {"rounds": "train_rounds"}
 
 
-def _number(*, lo: float, lo_open: bool = False, integer: bool = False) -> Callable[[str], Any]:
+def _number(*, lo: float, lo_open: bool = False, integer: bool = False,
+            hi: int | None = None) -> Callable[[str], Any]:
     """A parser of text to a finite number (an integer if `integer`) >= lo (> lo if
-    `lo_open`); ValueError with the reason and the text otherwise."""
+    `lo_open`) and <= hi; ValueError with the reason and the text otherwise."""
     want = ("an integer" if integer else "a finite number") + f" {'>' if lo_open else '>='} {lo:g}"
+    want += "" if hi is None else f" and <= {hi}"
 
     def parse(text: Any) -> float | int:
         try:
             v = int(str(text)) if integer else float(str(text))
         except ValueError:
             raise ValueError(f"must be {want}, got {str(text)!r}") from None
-        if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
+        if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or (hi is not None
+                                                                         and v > hi):
             raise ValueError(f"must be {want}, got {str(text)!r}")
         return v
     return parse
@@ -79,7 +83,8 @@ def opt(default: Any, help: str, *, parse: Callable[[str], Any] | None = str,
                                             "metavar": metavar})
 
 
-COUNT, SEED = _number(lo=1, integer=True), _number(lo=0, integer=True)
+COUNT, SEED = _number(lo=1, integer=True), _number(lo=0, integer=True, hi=SEED_MAX)
+THREADS = _number(lo=1, integer=True, hi=THREADS_MAX)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,8 @@ class TrainOptions:
                                choices=("average", "own"))
     test_max: int | None = opt(None, "evaluate on the first N test samples only",
                                parse=COUNT, metavar="N")
-    threads: int | None = opt(None, "torch CPU threads", parse=COUNT, metavar="N")
+    threads: int | None = opt(None, f"torch CPU threads (at most {THREADS_MAX})", parse=THREADS,
+                              metavar="N")
     allow_infeasible: bool = opt(False, "train under a solution that violates a constraint of "
                                  "P (refused by default, exit 2, naming the worst violation)",
                                  parse=None)
