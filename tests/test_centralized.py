@@ -60,7 +60,7 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
         starts.append(tuple(int(s) for s in aggs))
         return real(inst_, aggs, *a, **kw)
     monkeypatch.setattr(centralized, "decisions_for", spy)
-    res = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)
+    res = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False, workers=1)  # the spy
     assert res.solution is not None
     S, T = inst.S, inst.T
     assert len(starts) == S + 2                                 # S constants, 2 greedy rules
@@ -88,7 +88,7 @@ def test_greedy_data_picks_the_hot_subnetwork():
 @pytest.mark.xdist_group("enumerated")
 def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
     inst, (best, _sol, _) = enumerated("tiny", seed=0, bss=2, rounds=1)
-    res = solve(inst, "scip", time_limit=10)
+    res = solve(inst, "scip", time_limit=30)
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
     ev = system.evaluate(inst, res.solution) if res.solution is not None else None

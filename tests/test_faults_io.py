@@ -97,14 +97,14 @@ def full_disk(tmp_path):
     full = tmp_path / "full"
     if os.geteuid() != 0 or not _mount_tmpfs(full):
         pytest.skip("mounting a tmpfs needs root")
+    fd = os.open(full / "fill", os.O_WRONLY | os.O_CREAT)
     try:
-        with open(full / "fill", "wb") as fh:
-            with pytest.raises(OSError):
-                while True:
-                    fh.write(b"\0" * 4096)
-                    fh.flush()
-    except OSError:
-        pass
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
     yield full
     subprocess.run(["umount", str(full)], check=True)
 
@@ -201,6 +201,17 @@ def test_options_file_over_the_limit_is_refused(files, tmp_path, capsys, monkeyp
     assert rc == 0, err
 
 
+def test_instance_over_the_limit_is_refused(files, capsys, monkeypatch):
+    size = (files / "tiny.json").stat().st_size
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size - 1)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"instance file '{files / 'tiny.json'}'" in line and "too large" in line
+    monkeypatch.setattr(cefl_io, "MAX_INPUT_BYTES", size)
+    rc, _, err = call(["network", "show", files / "tiny.json"], capsys)
+    assert rc == 0, err
+
+
 def test_non_utf8_inputs_name_the_file_and_the_option(files, tmp_path, capsys):
     opts = tmp_path / "o.toml"
     opts.write_bytes(b'name = "caf\xe9"\n')
@@ -292,6 +303,24 @@ def test_train_never_replaces_an_existing_targets_table(files, tmp_path, capsys)
     assert rc == 0, err
     assert (tmp_path / "t.targets.csv").read_text() != "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.targets.csv"]
+
+
+def test_estimate_writes_out_and_apply_both_or_neither(files, tmp_path, capsys, monkeypatch):
+    """--apply cannot be written: --out, staged first, is not written either (the success of
+    both: tests/test_learning_cli.py)."""
+    real_stage = cefl_io._stage
+
+    def failing_stage(p, data):
+        if p.name == "a.json":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(p))
+        return real_stage(p, data)
+    monkeypatch.setattr(cefl_io, "_stage", failing_stage)
+    rc, _, err = call(["estimate", files / "net.json", "--dataset", "digits", "--draws", "2",
+                       "--sample-size", "8", "--grad-max", "20", "--out", tmp_path / "e.json",
+                       "--apply", tmp_path / "a.json"], capsys)
+    line = one_error_line(err)
+    assert rc == 2 and f"cannot write '{tmp_path / 'a.json'}'" in line, line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_writer_removes_the_folders_it_made_on_failure(tmp_path):
@@ -453,8 +482,10 @@ def test_library_noise_never_precedes_the_error_line(tmp_path):
     import pyomo.environ  # noqa: F401  (Pyomo's log handler, as the commands have it)
     script = tmp_path / "noisy.py"
     script.write_text("import pyomo.environ\n" + NOISY)
-    run = lambda where: subprocess.run([sys.executable, str(script), where], cwd=tmp_path,  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
+
+    def run(where: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), where], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
     outside = run("outside")
     assert "W1002" in outside.stdout + outside.stderr     # Pyomo's handler writes to stdout
     assert "RuntimeWarning" in outside.stderr

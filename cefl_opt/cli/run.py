@@ -7,8 +7,9 @@ or interrupted run leaves no report folder (and no file in an existing one) behi
 ``--out`` is a new folder or an empty one; an existing folder with files in it is refused
 (exit 2) unless ``--overwrite``, which replaces it whole (its old files go, none is mixed with
 the new run's). It may not hold the current folder, ``--cache-dir`` or ``--data-dir``, and its
-parent must be writable; both are checked before any work, with the methods (each once). A symbolic link is followed: the folder it points to is the report folder. The
-report folder gets the permissions the umask gives a new folder.
+parent must be writable; both are checked before any work, with the methods (each named once).
+A symbolic link is followed: the folder it points to is the report folder. The report folder
+gets the permissions the umask gives a new folder.
 """
 from __future__ import annotations
 
