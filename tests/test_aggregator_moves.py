@@ -354,7 +354,8 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budg
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
     run = SimpleNamespace(st=SimpleNamespace(n_rows=2, force_rows=np.array([], int)),
                           k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
-                          dec=False, finished=[], budget=budget)
+                          dec=False, finished=[], budget=budget,
+                          timed=lambda _kind, fn, *a, **kw: fn(*a, **kw))
     run.st.linearise = None
     return dz._refine(run, _cand(2.0, u=np.zeros(1)), None), calls, run
 
@@ -421,7 +422,7 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     got = json.loads(out.read_text())
     assert got["objective"] == local["objective"]
     for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
-                "aggregators_final"):
+                "aggregators_final", "search_stop", "search_passes", "search_finishing_phases"):
         assert got["info"][key] == local[key], key
 
 
