@@ -162,16 +162,17 @@ def test_cli_turns_an_injected_native_abort_into_exit_4(tmp_path, method):
     from cefl_opt.generator import make_instance
     net = tmp_path / "net.json"
     make_instance("tiny", rounds=2, seed=3).save(net)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    before = sorted([p.name for p in tmp_path.iterdir()] + ["tmp"])
     out, trace = tmp_path / "sol.json", tmp_path / "trace.csv"
     argv = ["solve", str(net), "--method", method, "--out", str(out)]
     argv += ["--time-limit", "30"] if method == "scip" else []
     argv += ["--trace", str(trace)] if method == "decentralized" else []
     script = "import os, sys\n" + INJECT[method] + \
              f"from cefl_opt.cli import main\nsys.exit(main({argv!r}))\n"
-    tmp_before = set(os.listdir("/tmp"))
+    tmpdir = tmp_path / "tmp"             # the child's own temporary folder: other tests,
+    tmpdir.mkdir()                        # running in parallel, use /tmp
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env={**os.environ, "TMPDIR": str(tmpdir)})
     assert p.returncode == 4, p.stderr
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("cefl-opt:")]
     assert len(err) == 1 and err[0].startswith(
@@ -181,7 +182,7 @@ def test_cli_turns_an_injected_native_abort_into_exit_4(tmp_path, method):
         assert "last reported: incumbent" in err[0]
     assert "Traceback" not in p.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before        # nothing written
-    assert not {f for f in set(os.listdir("/tmp")) - tmp_before if f.startswith("cefl-opt")}
+    assert os.listdir(tmpdir) == []                                     # nor left behind
 
 
 def test_the_childs_temporaries_are_removed_however_it_ends(tmp_path, monkeypatch):
