@@ -458,7 +458,7 @@ def report(df) -> str:
         "Instances per regime and invariant violations (instances with at least one):\n\n"
         + t["per_regime"].to_markdown(),
         "Bound gap, (best feasible - bound) / best feasible, per regime and method:\n\n"
-        + gap.to_markdown(),
+        + gap.reset_index().to_markdown(index=False),
         "Wall time per method (s):\n\n" + t["wall"].round(2).to_markdown()])
 
 
