@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from cefl_opt.system import BOUND_FORMS, weights_problem
 
+from .errors import OptionError  # noqa: F401  (re-exported: `solvers.options.OptionError`)
+
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
 
 #: The ranges SCIP accepts for the parameters that options set (SCIP's parameter table):
@@ -48,10 +50,6 @@ SCIP_THREADS_MAX = 64
 #: its time limit) starts, so their number is bounded
 MAX_STARTS = 10_000
 WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
-
-
-class OptionError(ValueError):
-    """An option value is wrong: the message names the option and the value."""
 
 
 class UnknownOptionError(OptionError):

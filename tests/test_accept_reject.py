@@ -13,7 +13,7 @@ import pytest
 from cefl_opt import cli
 from cefl_opt.generator import make_instance
 from cefl_opt.instance import Instance, InstanceError
-from cefl_opt.solvers import centralized, decentralized
+from cefl_opt.solvers import centralized, decentralized, fixed_nlp
 from cefl_opt.solvers.decentralized import solve_decentralized
 from cefl_opt.solvers.sca import build_structure, next_step_factor
 from cefl_opt.system import evaluate, reference_solution
@@ -61,7 +61,7 @@ def test_polish_keeps_the_better_feasible_point(tiny, two_points, monkeypatch, p
         rounded, want = ref, ref
     else:                                        # the polish found nothing
         rounded, polished, want = ref, None, ref
-    monkeypatch.setattr(centralized, "FixedNLP", _fake_nlp(polished))
+    monkeypatch.setattr(fixed_nlp, "FixedNLP", _fake_nlp(polished))
     final, status, _ = decentralized._polish(tiny, rounded, bound="corollary",
                                              ipopt_options=None)
     assert final is want, polished_is

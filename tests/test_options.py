@@ -271,9 +271,9 @@ def test_base_imports_no_method_module_and_listing_loads_none():
             "'cefl_opt.solvers.decentralized', 'cefl_opt.solvers.scip'}))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after, last, runners = p.stdout.strip().splitlines()
-    assert before == "['cefl_opt.solvers.base']"
-    assert after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.options', "
-                     "'cefl_opt.solvers.plugins']")
+    assert before == after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.errors', "
+                               "'cefl_opt.solvers.isolation', 'cefl_opt.solvers.options', "
+                               "'cefl_opt.solvers.plugins']")
     assert last == "False True"
     assert runners == "[]"
 
