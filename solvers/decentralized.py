@@ -115,7 +115,7 @@ class DistributedEvaluator:
         g = comm.reduce(pl, g_ent) * st.scale
         f_root = comm.reduce(self.inner.gplan, fn[self.inner.gplan.entry_node])
         if self.spread:   # the root's sum reaches every process (it is only traced)
-            f = float(comm.broadcast(self.inner.gplan, f_root)[self.inner._gent])
+            f = float(comm.broadcast(self.inner.gplan, f_root)[self.inner.tree_entry])
         else:
             f = float(f_root[0])
         a *= st.scale[st.jac_cols]
@@ -145,13 +145,13 @@ class DistributedEvaluator:
             out = u.copy()
             out[pl.entry_q[ent_local]] = comm.broadcast(pl, u)[ent_local]
             return out
-        return MoveViews(at_nonzeros=inner._nonzero_view,
+        return MoveViews(at_nonzeros=inner.nonzero_view,
                          sum_to_vars=lambda z: comm.reduce(pl, np.bincount(
                              inner.jent, weights=z, minlength=E)),
                          max_to_vars=lambda z: self.var_max(z, -np.inf),
-                         var_sum=lambda v: inner._global_sum(np.zeros(0), v), sync=sync,
+                         var_sum=lambda v: inner.global_sum(np.zeros(0), v), sync=sync,
                          local_rows=local[st.row_host], local_vars=local[st.primary],
-                         node_sum=inner._global_sum_nodes)
+                         node_sum=inner.global_sum_nodes)
 
     def var_max(self, per_nz: np.ndarray, floor: float) -> np.ndarray:
         """Per shared variable, at its primary: the max of per-nonzero values over its rows'
@@ -165,8 +165,8 @@ class DistributedEvaluator:
         max-reduced to the variable's primary; the move reaches the hosts by broadcast."""
         inner, st = self.inner, self.st
         return restore_epigraphs(st, u, lin, free, var_max=lambda z: self.var_max(z, 0.0),
-                                 nonzero_view=inner._nonzero_view,
-                                 any_positive=lambda v: inner._global_max_var(v) > 0)
+                                 nonzero_view=inner.nonzero_view,
+                                 any_positive=lambda v: inner.global_max_var(v) > 0)
 
 
 class CrossProcessCollectives:
@@ -175,9 +175,9 @@ class CrossProcessCollectives:
 
     def __init__(self, st: DecStructure, inner: InnerSolver):
         self.local_rows = inner.comm.is_local[st.row_host]
-        self.max_var = inner._global_max_var
-        self.sum_rows = inner._global_sum
-        self.nonzero_view = inner._nonzero_view
+        self.max_var = inner.global_max_var
+        self.sum_rows = inner.global_sum
+        self.nonzero_view = inner.nonzero_view
 
 
 def _fix_indicators(st: DecStructure, u: np.ndarray) -> np.ndarray:
@@ -271,7 +271,7 @@ class DecentralizedRun:
         (decentralized) or none (centralized-pd: global arrays)."""
         ev = self.evaluator
         return dict(max_outer=self.max_outer, callback=self.record,
-                    global_max=self.inner._global_max if self.dec else None,
+                    global_max=self.inner.global_max if self.dec else None,
                     linearise=ev.linearise if self.dec else None,
                     curvature=ev.curvature if self.dec else None,
                     restore=ev.restore if self.dec else None,
@@ -556,7 +556,7 @@ def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
     lin = run.evaluator.linearise(u)
     if not run.spread:   # spread: `linearise` already broadcast J from the root
         run.comm.broadcast(inner.gplan, np.array([lin.f]))
-    return float(lin.f), inner._global_max(np.where(free, np.maximum(lin.c, 0.0), 0.0))
+    return float(lin.f), inner.global_max(np.where(free, np.maximum(lin.c, 0.0), 0.0))
 
 
 def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
@@ -599,7 +599,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     st, k = run.st, run.k
     free = _free_rows(st)
     lin_fn = _linearise_fn(run)
-    gmax = run.inner._global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
+    gmax = run.inner.global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
            "group_trials": 0, "exact_trials": 0}

@@ -160,7 +160,11 @@ def resolve_constants(constants: str | dict | PDConstants | None) -> PDConstants
 
 
 class InnerSolver:
-    """The inner method on a sequence of surrogates (module docstring)."""
+    """The inner method on a sequence of surrogates (module docstring).
+
+    Its collectives are public, for the outer loop (`solvers.decentralized`) and the node-local
+    moves: `global_max`, `global_max_var`, `global_sum`, `global_sum_nodes` (over the spanning
+    tree; `tree_entry` is this process's entry of it) and `nonzero_view`."""
 
     def __init__(self, st: DecStructure, consts: PDConstants, *, mode: str = "decentralized",
                  comm: Comm | None = None):
@@ -187,7 +191,7 @@ class InnerSolver:
             self.gplan = comm.plan(np.array([hub]), [np.arange(V)])   # spanning tree
             self.E = len(pl.entry_q)
             # this process's entry of the spanning tree (any node it holds: all equal)
-            self._gent = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
+            self.tree_entry = int(self.gplan.entry_ptr[int(comm.local_nodes()[0])])
             self._row_groups = _groups(st.row_host)
             self._var_groups = _groups(st.primary)
         self._own_nz = self._own_nonzeros()
@@ -254,7 +258,7 @@ class InnerSolver:
             return self._S_cols @ per_nz
         return self.comm.reduce(self.plan, self._S_cols @ per_nz)
 
-    def _global_max(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
+    def global_max(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
         """Largest value over all rows (at their hosts) and, if given, over all shared
         variables (at their primaries), at least 0: each node's max, max-reduced over a
         spanning tree and broadcast back (decentralized); np.max (centralized)."""
@@ -269,11 +273,11 @@ class InnerSolver:
             _group_max(node_max, per_var, self._var_groups)
         return self.comm.global_max(self.gplan, node_max[self.gplan.entry_node])
 
-    def _global_max_var(self, per_var: np.ndarray) -> float:
+    def global_max_var(self, per_var: np.ndarray) -> float:
         """Largest value over all shared variables (at their primaries), at least 0."""
-        return self._global_max(np.zeros(0), per_var)
+        return self.global_max(np.zeros(0), per_var)
 
-    def _global_sum(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
+    def global_sum(self, per_row: np.ndarray, per_var: np.ndarray | None = None) -> float:
         """Sum over all rows (at their hosts) and, if given, over all shared variables (at
         their primaries): each node's sum, summed over a spanning tree and broadcast back
         (decentralized); np.sum (centralized)."""
@@ -294,9 +298,9 @@ class InnerSolver:
         """The sum over the nodes of per-node values (a second axis travels along), reduced
         over the spanning tree and broadcast back: every process gets the same value."""
         top = self.comm.reduce(self.gplan, per_node[self.gplan.entry_node])
-        return self.comm.broadcast(self.gplan, top)[self._gent]
+        return self.comm.broadcast(self.gplan, top)[self.tree_entry]
 
-    def _global_sum_nodes(self, per_node: np.ndarray) -> np.ndarray:
+    def global_sum_nodes(self, per_node: np.ndarray) -> np.ndarray:
         """(K,) sums over the nodes of a (V, K) array whose rows this process fills for its own
         nodes (zeros elsewhere): `_tree_sum` (decentralized); a plain column sum
         (centralized)."""
@@ -305,7 +309,7 @@ class InnerSolver:
             return per_node.sum(axis=0)
         return np.asarray(self._tree_sum(per_node), float)
 
-    def _nonzero_view(self, du: np.ndarray) -> np.ndarray:
+    def nonzero_view(self, du: np.ndarray) -> np.ndarray:
         """du at every Jacobian nonzero as its row's host holds it (broadcast)."""
         if self.mode == "centralized":
             return du[self.cols]
@@ -351,7 +355,7 @@ class InnerSolver:
         absa = np.abs(self._live(lin.a)) * free[rows]
         colsum = self._gather_cols(absa)
         w = colsum / q
-        wn = self._live(self._nonzero_view(w))
+        wn = self._live(self.nonzero_view(w))
         D = np.bincount(rows, weights=absa * wn, minlength=self.st.n_rows)
         return np.where(free & (D > 0), self.k.rel / np.maximum(D, 1e-300), 0.0)
 
@@ -382,7 +386,7 @@ class InnerSolver:
             lam_new = np.where(free, np.clip(y + sigma * Ct, 0.0, k.dual_cap), 0.0)
             if it % 10 == 0 or it == k.inner_iters:
                 kkt = np.where(free, np.abs(np.clip(y + Ct, 0.0, k.dual_cap) - y), 0.0)
-                res = self._global_max(np.maximum(kkt, np.where(free, Ct, 0.0)))
+                res = self.global_max(np.maximum(kkt, np.where(free, Ct, 0.0)))
                 if res <= tol:
                     lam = lam_new
                     break
@@ -473,7 +477,7 @@ class InnerSolver:
         cap = self.k.dual_cap
         kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
         pr = np.abs(du_new - du) * tau_inv       # at the primaries
-        return self._global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+        return self.global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
 
 
 def _groups(owner: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:

@@ -181,7 +181,7 @@ def _option_ends():
     import typing
 
     from cefl_opt.solvers import base as solver_base
-    from cefl_opt.solvers.options import _split_optional
+    from cefl_opt.solvers.options import split_optional
     seen = set()
     for cls in solver_base.options_classes().values():
         hints = typing.get_type_hints(cls)
@@ -190,7 +190,7 @@ def _option_ends():
             if bounds is None or (cls, f.name) in seen:
                 continue
             seen.add((cls, f.name))
-            typ, _ = _split_optional(hints[f.name])
+            typ, _ = split_optional(hints[f.name])
             lo, hi, lo_open, hi_open = bounds
             step = (lambda x, d: x + d) if typ is int else (
                 lambda x, d: float(np.nextafter(x, np.inf if d > 0 else -np.inf)))
