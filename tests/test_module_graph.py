@@ -177,10 +177,9 @@ def test_no_module_reaches_into_the_inner_solvers_private_members(project):
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "InnerSolver")
     private = _private_members(cls)
     assert "_tree_sum" in private            # the scan sees the class's private members
-    from cefl_opt.solvers.primal_dual import InnerSolver
-    for public in ("global_max", "global_max_var", "global_sum", "global_sum_nodes",
-                   "nonzero_view"):
-        assert callable(getattr(InnerSolver, public)), public
+    methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert {"global_max", "global_max_var", "global_sum", "global_sum_nodes",
+            "nonzero_view"} <= methods
     bad = []
     for module, (path, _pkg) in mods.items():
         if module == "cefl_opt.solvers.primal_dual":
