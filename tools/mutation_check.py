@@ -193,8 +193,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "ts = float(inst.Theta.min()) * float(inst.sigma.max())",
            "ML floor with the least Theta (valid, looser)", BOUND),
     # ---- scip (solvers/scip.py)
-    Mutant("M37", "solvers/scip.py", "lower = _finite(res.objective_bound)",
-           "lower = _finite(res.incumbent_objective)", "scip reports its incumbent as its bound",
+    Mutant("M37", "solvers/scip.py", "lower = finite(res.objective_bound)",
+           "lower = finite(res.incumbent_objective)", "scip reports its incumbent as its bound",
            SCIP),
     Mutant("M38", "solvers/scip.py", "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
            "PyoTC.maxTimeLimit: TerminationCondition.convergenceCriteriaSatisfied,",
@@ -262,7 +262,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "scale = np.maximum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "reference rates above the DC's capacity", EVAL),
     # ---- the other methods' status mappings
-    Mutant("M57", "solvers/centralized.py",
+    Mutant("M57", "solvers/fixed_nlp.py",
            "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
            "PyoTC.maxTimeLimit: TerminationCondition.locallyOptimal,",
            "an Ipopt solve stopped by its time limit read as converged", SCIP),
