@@ -41,8 +41,9 @@ from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem
 
-from .base import Results
-from .options import BoundOptions
+from .base import Results, SolutionStatus, TerminationCondition, solve
+from .isolation import die_with_parent
+from .options import BoundOptions, OptionError
 from .scip_interface import QuietScip, finite, scip_params
 
 
@@ -347,8 +348,6 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
     `info["report"]` is what was proven (`bound_report`)."""
     import time
 
-    from .base import SolutionStatus, TerminationCondition
-    from .options import OptionError
     if opts.bound != "corollary" or inst.vartheta_mode != "constant":
         raise OptionError(f"method 'decomposed-bound' needs bound 'corollary' and vartheta_mode "
                           f"'constant', got {opts.bound!r} and {inst.vartheta_mode!r}")
@@ -413,8 +412,6 @@ def _send_result(conn, inst: Instance) -> None:
     """The child of `_incumbent`: `decentralized`'s Results (None if it raised) on `conn`; it
     dies with its parent. `decentralized` optimises the instance's weights; `_incumbent` scores
     its point under the bound's, so that the bound and the incumbent compare one objective."""
-    from .base import solve
-    from .isolation import die_with_parent
     die_with_parent()
     try:
         conn.send(solve(inst, "decentralized"))

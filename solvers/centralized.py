@@ -27,9 +27,8 @@ from cefl_opt.instance import Instance
 from cefl_opt.io import check_interrupt
 from cefl_opt.solution import RoundDecision, Solution
 
-from . import isolation
+from . import decentralized, isolation
 from .base import Results, SolutionStatus, TerminationCondition
-from .decentralized import solve_decentralized
 from .fixed_nlp import IPOPT_DEFAULTS, IPOPT_QUIET, FixedNLP, require_cyipopt  # noqa: F401
 from .isolation import die_with_parent
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
@@ -235,7 +234,7 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
     `DEC_SEED_SHARE` of the time left, so that the Ipopt seeds keep the rest; a stopped run
     gives no point (None)."""
     if deadline is None:
-        return solve_decentralized(inst, method=method, bound=bound)[0]
+        return decentralized.solve_decentralized(inst, method=method, bound=bound)[0]
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -256,7 +255,7 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
 def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:
     """The child of `_decentralized_seed`: the point on `conn`; it dies with its parent."""
     die_with_parent()
-    conn.send(solve_decentralized(inst, method=method, bound=bound)[0])
+    conn.send(decentralized.solve_decentralized(inst, method=method, bound=bound)[0])
 
 
 _TASKS = {"seed": _seed_task, "move": _move_task, "polish": _polish_task}
