@@ -151,8 +151,8 @@ class Solution:
         """Self when every round fits `inst`: T rounds, each field of the shape the instance's
         dimensions give, finite, the BS indices in 0..B-1 and the aggregator in 0..S-1 (the
         checks a solution file gets on loading); else InstanceError (a ValueError) naming the
-        field. A round that is not a RoundDecision, or a field that is not numeric, is a
-        TypeError naming it."""
+        field. A round that is not a RoundDecision, or a field that is not a numeric numpy
+        array, is a TypeError naming it."""
         if not isinstance(self.rounds, (list, tuple)):
             raise TypeError(f"field 'rounds' must be a list of RoundDecision, got "
                             f"{type(self.rounds).__name__}")
@@ -165,11 +165,12 @@ class Solution:
                                 f"{type(r).__name__}")
             arrays = {}
             for k in ROUND_FIELDS:
-                try:
-                    arrays[k] = np.asarray(getattr(r, k), dtype=float)
-                except (TypeError, ValueError):
-                    raise TypeError(f"field 'rounds[{t}].{k}' must be numeric, got "
-                                    f"{getattr(r, k)!r:.60}") from None
+                v = getattr(r, k)
+                if not isinstance(v, np.ndarray) or v.dtype.kind not in "biuf":
+                    what = f"{v.dtype} array" if isinstance(v, np.ndarray) else type(v).__name__
+                    raise TypeError(f"field 'rounds[{t}].{k}' must be a numeric numpy array, "
+                                    f"got {what}")
+                arrays[k] = v.astype(float)
             _checked_round(t, arrays, r.aggregator, inst)
         return self
 

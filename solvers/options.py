@@ -320,7 +320,8 @@ class ScipOptions(MethodOptions):
     seed: int = option(0, "SCIP's random seed shift (randomization/randomseedshift)",
                        check=in_interval(0, SCIP_SEED_MAX))
     warm: bool = option(True, "start SCIP from the reference orchestration")
-    incumbent: float | None = option(None, "objective U of a known feasible point, a cutoff: "
+    incumbent: float | None = option(None, "objective U of a known feasible point (under "
+                                     "the method's weights), a cutoff: "
                                      "SCIP searches only J <= U and the bound reported is "
                                      "min(U, SCIP's bound), valid for P (none: no cutoff)",
                                      check=positive, flagged=False)
@@ -335,9 +336,10 @@ class BoundOptions(MethodOptions):
     time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
                                       "share them; a number is required)",
                                       check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
-    incumbent: float | None = option(None, "objective of a known feasible point, which caps "
-                                     "the delays (none: decentralized's answer is found first "
-                                     "and used)", check=positive, flagged=False)
+    incumbent: float | None = option(None, "objective of a known feasible point under the "
+                                     "method's weights, which caps the delays (none: "
+                                     "decentralized's answer, scored under those weights, is "
+                                     "found first and used)", check=positive, flagged=False)
 
 
 _PRESET = "the preset's"

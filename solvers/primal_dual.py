@@ -162,9 +162,12 @@ def resolve_constants(constants: str | dict | PDConstants | None) -> PDConstants
 class InnerSolver:
     """The inner method on a sequence of surrogates (module docstring).
 
-    Its collectives are public, for the outer loop (`solvers.decentralized`) and the node-local
-    moves: `global_max`, `global_max_var`, `global_sum`, `global_sum_nodes` (over the spanning
-    tree; `tree_entry` is this process's entry of it) and `nonzero_view`."""
+    Its collectives are public, for the decentralised method's stop tests, moves and finishing
+    phase: `global_max`, `global_max_var` and `global_sum` over rows and shared variables,
+    `global_sum_nodes` over per-node arrays, `nonzero_view` (a step at every Jacobian
+    nonzero), and `tree_entry`, this process's entry of the spanning-tree plan `gplan`. Each
+    is one exchange over neighbour links (decentralized) or a plain numpy reduction
+    (centralized)."""
 
     def __init__(self, st: DecStructure, consts: PDConstants, *, mode: str = "decentralized",
                  comm: Comm | None = None):

@@ -396,3 +396,30 @@ def test_vetoes_keep_the_kind_of_the_best_trial():
         assert veto.tolist() == [float(i == vetoed) for i in range(4)], gains
     same = {(0, 1): {9: (-0.5, False)}, (0, 3): {9: (-0.2, False)}}
     assert not am._vetoes(H, groups, prop, np.array([0, 1.0, 0, 2.0]), same).any()
+
+
+def test_exact_moves_take_the_best_of_several_targets():
+    """Four BSs (three targets per UE) from the scrambled start: at the end no trial of a
+    flagged UE lowers P (`system.evaluate` of each), and a second call moves nothing."""
+    inst, st, u, free, views = _setup("small", 3, 2, scramble=True, ues=7, bss=4)
+    ev0 = system.evaluate(inst, _solution(inst, st, u)).objective
+    u2, sol, ev1 = _moved_and_checked(am.exact_top_moves, "exact", inst, st, u, free, views,
+                                      ev0)
+    lin, tops, x = st.linearise(u2), am._shared_tops(st), u2 * st.scale
+    checked = 0
+    for key, field in (("Inb", "uplink_bs"), ("Ibn", "downlink_bs")):
+        ix = st.idx[key]
+        for t, n in np.ndindex(*ix.shape[:2]):
+            g = ix[t, n][ix[t, n] >= 0]
+            j = int(g[np.argmax(x[g])])
+            if not am._lowers_a_shared_max(st, u2, lin, free, views, j, tops):
+                continue
+            arr = getattr(sol.rounds[t], field)
+            keep = int(arr[n])
+            for b in inst.ue_links()[n]:
+                arr[n] = b
+                ev = system.evaluate(inst, sol)
+                assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9), (t, n, b)
+                checked += 1
+            arr[n] = keep
+    assert checked >= 4 * 2

@@ -1,6 +1,6 @@
 """The proven bound (solvers/bound.py) component by component, each against its own truth:
 
-* `round_floor`: at most the round's cost a (dA_t + dR_t) + xi3 E_t at feasible points with
+* a round's floor (SCIP's bound on `round_model`): at most the round's cost a (dA_t + dR_t) + xi3 E_t at feasible points with
   m = m_floor and gamma = gamma_min (`system.evaluate`), and independent of gamma_max (the
   floor fixes gamma at gamma_min, where the round's cost is least);
 * `ml_floor`: per cell of gbar, at most the ML remainder at the cell's ends and middle, the
@@ -24,7 +24,13 @@ from cefl_opt.solvers.base import solve
 REL = 1e-9
 
 
-# ---------------------------------------------------------------------- round_floor
+# ---------------------------------------------------------------------- a round's floor
+def _round_floor(inst, time_limit, *, cap, aggregator):
+    """SCIP's bound on round 0's subproblem (`round_model`) with aggregator fixed."""
+    m = bd.round_model(inst, 0, A_WEIGHT, inst.m_floor, cap=cap, aggregator=aggregator)
+    return bd._scip_lower(m, time_limit)
+
+
 def _round_instance(gamma_max: float):
     # one BS, one round, narrow f; m_floor 0.2 so that processing weighs in the round's cost
     return make_instance("tiny", seed=0, bss=1, rounds=1, f_min=np.full(2, 0.5e9),
@@ -57,8 +63,7 @@ def floors():
     out = {}
     for gm in (5.0, 20.0):
         inst = _round_instance(gm)
-        out[gm] = bd.round_floor(inst, 0, A_WEIGHT, inst.m_floor, 60, cap=None,
-                                 aggregator=CLOSES)
+        out[gm] = _round_floor(inst, 60, cap=None, aggregator=CLOSES)
     return out
 
 
@@ -106,7 +111,7 @@ def test_round_floor_caps_the_delays():
     inst = _round_instance(5.0)
     LA, LR = bd.delay_floors(inst)
     cap = 0.5 * min(LA[0, CLOSES], LR[0, CLOSES])
-    lo, tc = bd.round_floor(inst, 0, A_WEIGHT, inst.m_floor, 30, cap=cap, aggregator=CLOSES)
+    lo, tc = _round_floor(inst, 30, cap=cap, aggregator=CLOSES)
     assert lo == math.inf and tc in ("provenInfeasible", "locallyInfeasible")
 
 
@@ -197,19 +202,21 @@ CLOSED = "convergenceCriteriaSatisfied"
 
 def _fake_scip_lower(monkeypatch, table):
     """SCIP's bound of each round subproblem replaced by `table[(t, k)]` = (floor, status):
-    the round from the last `round_instance` built, the aggregator from the model's fixed
-    Is[0, k]. Returns the (t, k) asked for, in order."""
-    calls, last = [], []
+    the round from the `round_instance` the model was built on, the aggregator from the
+    model's fixed Is[0, k]. Returns the (t, k) asked for, in order."""
+    calls, made = [], {}
     real_round = bd.round_instance
 
     def round_instance(inst, t):
-        last.append(t)
-        return real_round(inst, t)
+        r = real_round(inst, t)
+        made[id(r)] = t
+        return r
 
     def fake(m, time_limit, seed=0):
+        t = made[id(m._inst)]
         k = next(k for k in m.S if m.dc[0].Is[0, k].fixed and m.dc[0].Is[0, k].value > 0.5)
-        calls.append((last[-1], k))
-        return table[(last[-1], k)]
+        calls.append((t, k))
+        return table[(t, k)]
     monkeypatch.setattr(bd, "round_instance", round_instance)
     monkeypatch.setattr(bd, "_scip_lower", fake)
     return calls

@@ -64,7 +64,7 @@ ASSOC = tuple(_AS + n for n in (
     "a_pass_lowers_P_by_at_least_its_predicted_gain",
     "the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR",
     "exact_moves_lower_P_and_end_where_no_flagged_trial_does",
-    "vetoes_keep_the_kind_of_the_best_trial"))
+    "vetoes_keep_the_kind_of_the_best_trial", "exact_moves_take_the_best_of_several_targets"))
 _AG = "tests/test_aggregator_moves.py::test_"
 AGG = tuple(_AG + n for n in (
     "better_accepts_only_a_fall_of_J_among_feasible_points",
@@ -261,6 +261,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M56", "cefl_opt/system.py", "scale = np.minimum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "scale = np.maximum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "reference rates above the DC's capacity", EVAL),
+    Mutant("M59", "solvers/assoc_moves.py",
+           "lt.f < best[1].f):\n                    best = (ut, lt)",
+           "lt.f > best[1].f):\n                    best = (ut, lt)",
+           "exact trial takes the worst target", ASSOC),
+    Mutant("M60", "solvers/aggregator_moves.py",
+           "if best_t is None or better(cand, best_t, viol_tol):",
+           "if best_t is None or better(best_t, cand, viol_tol):",
+           "a visit keeps its worst finished trial", AGG),
     # ---- the other methods' status mappings
     Mutant("M57", "solvers/fixed_nlp.py",
            "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
