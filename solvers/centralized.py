@@ -30,7 +30,6 @@ from cefl_opt.solution import RoundDecision, Solution
 from . import decentralized, isolation
 from .base import Results, SolutionStatus, TerminationCondition
 from .fixed_nlp import IPOPT_DEFAULTS, IPOPT_QUIET, FixedNLP, require_cyipopt  # noqa: F401
-from .isolation import die_with_parent
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
 
@@ -254,7 +253,7 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
 
 def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:
     """The child of `_decentralized_seed`: the point on `conn`; it dies with its parent."""
-    die_with_parent()
+    isolation.die_with_parent()
     conn.send(decentralized.solve_decentralized(inst, method=method, bound=bound)[0])
 
 
@@ -279,7 +278,7 @@ def _worker_init(inst: Instance, opts: IpoptEnumOptions) -> None:
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent acts on Ctrl-C
     isolation.die_with_parent()
-    isolation._PROGRESS_FD = None                    # the isolated parent's pipe is not ours
+    isolation.leave_child()                          # the isolated parent's pipe is not ours
     _WORKER["opts"] = opts
     _WORKER["nlp"] = _nlp(inst, dataclasses.replace(opts, progress=False), per_solve_limit=False)
 

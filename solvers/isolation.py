@@ -53,6 +53,13 @@ def in_child() -> bool:
     return _PROGRESS_FD is not None
 
 
+def leave_child() -> None:
+    """This process is not an isolated child, though it was forked from one (a pool worker of
+    an isolated method): it reports no progress, since its parent's pipe is not its own."""
+    global _PROGRESS_FD
+    _PROGRESS_FD = None
+
+
 def report_progress(**values: Any) -> None:
     """Send progress (plain numbers and strings) to the parent of an isolated call; a no-op
     outside one. A crash message quotes the last values sent."""

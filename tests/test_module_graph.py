@@ -3,7 +3,8 @@ relative and absolute) of every module that pyproject's `package-dir` installs, 
 
 * the graph has no cycle (an import inside a function may avoid a heavy optional dependency,
   never hide a cycle);
-* no module imports another module's private name (`from X import _name`);
+* no module imports another module's private name (`from X import _name`) or uses one as an
+  attribute (`X._name`);
 * no module reaches into `InnerSolver`'s private members (its collectives are public).
 
 The checker itself is tested on a small package written here, with a cycle hidden inside a
@@ -131,6 +132,28 @@ def private_imports(edges: list[Import]) -> list[str]:
             and e.source != e.target]
 
 
+def private_attributes(mods: dict[str, tuple[Path, bool]]) -> list[str]:
+    """`module._name` in another module, where `module` is a project module bound by an import
+    (`from . import isolation`, `import cefl_opt.io as cio`)."""
+    bad = []
+    for module, (path, is_pkg) in mods.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bound = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _from_base(node, module, is_pkg)
+                bound.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names
+                              if f"{base}.{a.name}" in mods})
+            elif isinstance(node, ast.Import):
+                bound.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and bound.get(n.value.id, module) != module
+                    and n.attr.startswith("_") and not n.attr.startswith("__")):
+                bad.append(f"{module} line {n.lineno}: {n.value.id}.{n.attr}")
+    return bad
+
+
 @pytest.fixture(scope="module")
 def project():
     mods = project_modules(package_dirs())
@@ -160,6 +183,12 @@ def test_no_private_name_is_imported_across_modules(project):
     _mods, edges = project
     bad = private_imports(edges)
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_no_module_uses_another_modules_private_name_as_an_attribute(project):
+    mods, _edges = project
+    bad = private_attributes(mods)
+    assert not bad, "private names of other modules used:\n" + "\n".join(bad)
 
 
 def _private_members(cls_node: ast.ClassDef) -> set[str]:
@@ -265,3 +294,10 @@ def test_the_checker_finds_a_private_import_but_not_a_dunder(toy):
     _write(toy, {"toy/high.py": "from .low import _hidden\nfrom . import __doc__\n"})
     _mods, edges = _toy_edges(toy)
     assert private_imports(edges) == ["toy.high line 1: from toy.low import _hidden"]
+
+
+def test_the_checker_finds_a_private_attribute_of_another_module_but_not_its_own(toy):
+    _write(toy, {"toy/high.py": "from . import low\nimport toy.high as me\n"
+                                "low._hidden()\nme._mine = 1\n"})
+    mods, _edges = _toy_edges(toy)
+    assert private_attributes(mods) == ["toy.high line 3: low._hidden"]
