@@ -256,7 +256,7 @@ def build_options(cls: type[MethodOptions], values: Mapping[str, Any]) -> Method
 @dataclass(frozen=True)
 class IpoptOptions(MethodOptions):
     """Options of every method that optimises the continuous variables with Ipopt on P with
-    the binary decisions fixed (`centralized.FixedNLP`)."""
+    the binary decisions fixed (`fixed_nlp.FixedNLP`)."""
 
     time_limit: float | None = option(None, "seconds of CPU time per Ipopt solve (Ipopt's "
                                       "max_cpu_time; none: no limit)", check=positive)
