@@ -247,10 +247,10 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
     once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
     relaxation). Round t's part is at least min_k of SCIP's bound on `round_model` with
-    aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator
-    cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar (`ml_floor`),
-    min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]), and the
-    bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
+    aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time,
+    the aggregator cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
+    (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]),
+    and the bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
     reference orchestration that `system.evaluate` finds feasible, whichever is less) the
     delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t) and the result
     is min(U, that bound): min P >= min(U, min{J : J <= U}) (module docstring). With neither,
@@ -423,8 +423,8 @@ def bound_report(inst: Instance, db: DecomposedBound, incumbent: float | None,
                  gap: float | None, opts: BoundOptions, *, wall_s: float) -> dict:
     """What `decomposed-bound` proved, as JSON (format cefl-bound/1): the bound, the incumbent
     and the cutoff used (null: none), the gap, the ML floor, each round's floor and SCIP
-    status per aggregator, the bound per cell of gbar, and the method's wall time `wall_s`. A floor or bound of +inf (SCIP
-    proved no point) is null, with its status."""
+    status per aggregator, the bound per cell of gbar, and the method's wall time `wall_s`. A
+    floor or bound of +inf (SCIP proved no point) is null, with its status."""
     def num(x):
         return float(x) if x is not None and math.isfinite(x) else None
     return {"format": "cefl-bound/1", "instance": inst.name, "method": "decomposed-bound",

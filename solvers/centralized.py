@@ -176,13 +176,14 @@ def _seed_task(search: _Search, opts: IpoptEnumOptions, label: str, aggs: list[i
     """One seed: the decisions of `aggs` (`decisions_for`), or the binaries of `method`'s run
     (decentralized or decentralized-polish, its own point kept and used as the warm start),
     solved by Ipopt and polished. Returns (trial, (objective, label, point, status) or None);
-    trial None when the method found no point, or out of time before a seed of its own."""
+    trial None when the method found no point, or out of time before a seed of its own; a
+    method's run stopped for time is a trial marked `stopped`."""
     inst, warm = search.nlp.inst, None
     trial: dict[str, Any] = {"seed": label, "objective": None}
     if method is not None:
-        warm = _decentralized_seed(inst, method, opts.bound, search.deadline)
-        if warm is None:
-            return None, None
+        warm, stopped = _decentralized_seed(inst, method, opts.bound, search.deadline)
+        if warm is None:   # a stopped seed is recorded: the search did not finish
+            return ({**trial, "stopped": True} if stopped else None), None
         ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
         trial["own_objective"] = ev.objective if ev.feasible else None
         if ev.feasible:
@@ -227,13 +228,13 @@ DEC_SEED_SHARE = 0.3     # of ipopt-enum's time left, the most a decentralised s
 
 
 def _decentralized_seed(inst: Instance, method: str, bound: str,
-                        deadline: float | None) -> Solution | None:
-    """`method`'s point (decentralized or decentralized-polish), which has no time limit of its
-    own: with a `deadline` (a `time.monotonic` instant) it runs in a forked child stopped after
-    `DEC_SEED_SHARE` of the time left, so that the Ipopt seeds keep the rest; a stopped run
-    gives no point (None)."""
+                        deadline: float | None) -> tuple[Solution | None, bool]:
+    """(`method`'s point or None, whether it was stopped) for decentralized or
+    decentralized-polish, which have no time limit of their own: with a `deadline` (a
+    `time.monotonic` instant) the method runs in a forked child stopped after `DEC_SEED_SHARE`
+    of the time left, so that the Ipopt seeds keep the rest; a stopped run gives no point."""
     if deadline is None:
-        return decentralized.solve_decentralized(inst, method=method, bound=bound)[0]
+        return decentralized.solve_decentralized(inst, method=method, bound=bound)[0], False
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -242,9 +243,9 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
     send.close()
     try:
         left = max(deadline - time.monotonic(), 0.0)
-        return recv.recv() if recv.poll(DEC_SEED_SHARE * left) else None
+        return (recv.recv(), False) if recv.poll(DEC_SEED_SHARE * left) else (None, True)
     except EOFError:                                  # the child died without an answer
-        return None
+        return None, False
     finally:
         child.kill()
         child.join()
@@ -460,9 +461,10 @@ def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:
         runner.close(failed)
     search = runner.search
     obj, best, st = search.best
-    if search.timed_out:
+    out_of_time = search.timed_out or any(t.get("stopped") for t in trials)
+    if out_of_time:
         st = TerminationCondition.maxTimeLimit
-    info = {"seeds": trials, "time_limit_reached": search.timed_out,
+    info = {"seeds": trials, "time_limit_reached": out_of_time,
             "search_s": time.monotonic() - runner.t0, "workers": runner.workers,
             "aggregators": best and [r.aggregator for r in best.rounds]}
     tally = types.SimpleNamespace(bar=runner.bar, **runner.counts)

@@ -535,9 +535,8 @@ def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
     if run.budget is None:
         return run.run_phase(u_fixed, "fixed")
     u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed")
-    if run.budget is not None:
-        run.budget.charge(_phase_passes(records))
-        run.budget.finishing_phases += 1
+    run.budget.charge(_phase_passes(records))
+    run.budget.finishing_phases += 1
     return u, records, reason
 
 
@@ -603,7 +602,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
            "group_trials": 0, "exact_trials": 0}
-    timed = getattr(run, "timed", lambda _kind, fn, *a, **kw: fn(*a, **kw))
+    timed = run.timed
 
     def afford(passes: int = 0) -> bool:
         return _afford(run, passes)
@@ -653,8 +652,7 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                     outer_iterations_finishing=len(first.records),
                     finishing_s=time.perf_counter() - t1, objective_first=first.J)
     t_s = time.perf_counter()
-    run.budget = budget = SearchBudget(
-        limit=k.search_budget * run.relaxed_passes)
+    run.budget = budget = SearchBudget(limit=k.search_budget * run.relaxed_passes)
     starts = [first]
     if k.candidates >= 2 and budget.afford():
         u_start, _ = _rounding(run, st.u0)

@@ -333,8 +333,9 @@ class ScipOptions(MethodOptions):
 @dataclass(frozen=True)
 class BoundOptions(MethodOptions):
     """decomposed-bound: a proven lower bound on P (solvers/bound.py)."""
-    time_limit: float | None = option(600.0, "seconds for the bound (its SCIP subproblems "
-                                      "share them; a number is required)",
+    time_limit: float | None = option(600.0, "seconds of wall time for the whole method: "
+                                      "decentralized's incumbent (at most 0.3 of it) and the SCIP "
+                                      "subproblems (a number is required)",
                                       check=in_interval(0.0, SCIP_TIME_MAX, lo_open=True))
     incumbent: float | None = option(None, "objective of a known feasible point under the "
                                      "method's weights, which caps the delays (none: "

@@ -126,7 +126,7 @@ class PDConstants:
     candidates: int = 2
     refine_rounds: int = 3
     agg_screen: int = 3
-    search_budget: float = 4.0
+    search_budget: float = 25.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

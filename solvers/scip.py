@@ -28,10 +28,10 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     """`scip`: SCIP on the binary form of P with the aggregator cuts of `solvers.bound` and,
     given a cutoff U (`bound.cap_objective`: `opts.incumbent`, or a reference orchestration
     that `system.evaluate` finds feasible, whichever is less), the box xi2 (dA + dR) <= U on
-    the delay variables (and the row J <= U for `opts.incumbent`); the bound reported is then min(U, SCIP's dual
-    bound), valid for P (`solvers.bound`), and SCIP finding no point proves min P >= U, not
-    that P is infeasible. With no cutoff the delays have no box, and SCIP's infeasibility is
-    a proof."""
+    the delay variables (and the row J <= U for `opts.incumbent`); the bound reported is then
+    min(U, SCIP's dual bound), valid for P (`solvers.bound`), and SCIP finding no point proves
+    min P >= U, not that P is infeasible. With no cutoff the delays have no box, and SCIP's
+    infeasibility is a proof."""
     bound, weights = opts.bound, opts.weights
     if not ScipDirect().available():
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
@@ -119,9 +119,9 @@ def _bar(progress: bool):
 
 
 class _ProgressScip(QuietScip):
-    """Pyomo's direct SCIP interface (`QuietScip`), reporting SCIP's incumbent and proven bound as it goes
-    (`isolation.report_progress`: a crash message quotes the last ones) and, given a tqdm
-    `bar`, counting the solved nodes on it."""
+    """Pyomo's direct SCIP interface (`QuietScip`), reporting SCIP's incumbent and proven bound
+    as it goes (`isolation.report_progress`: a crash message quotes the last ones) and, given
+    a tqdm `bar`, counting the solved nodes on it."""
 
     def __init__(self, bar=None, **kw):
         super().__init__(**kw)

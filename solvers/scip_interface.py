@@ -18,12 +18,12 @@ IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
 def scip_params(time_limit: float | None, gap: float, seed: int) -> dict:
     """SCIP's parameters for every solve of the project: time limit (none: no limit), gap,
     seed shift, feasibility tolerance, no display (nobody reads it; `QuietScip` keeps any
-    output that is asked for from blocking), the bundled Ipopt's options file (AMD ordering, avoiding
-    the MUMPS/METIS crash) and, in an isolated child, Ctrl-C left to the parent (which kills
-    the child)."""
+    output that is asked for from blocking), the bundled Ipopt's options file (AMD ordering,
+    avoiding the MUMPS/METIS crash) and, in an isolated child, Ctrl-C left to the parent
+    (which kills the child)."""
     params = {"limits/gap": gap, "randomization/randomseedshift": seed,
-              "numerics/feastol": 1e-7,
-              "display/verblevel": 0, "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
+              "numerics/feastol": 1e-7, "display/verblevel": 0,
+              "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
     if time_limit is not None:
         params["limits/time"] = time_limit
     if in_child():

@@ -145,9 +145,9 @@ def paper_net(tmp_path_factory):
 def enumerated():
     """`enumerated(preset, **make_instance kwargs)`: the instance and the brute-force optimum
     over every binary choice (`centralized.exhaustive`: best objective, solution, number of
-    choices), each computed once per process. The tests that use it carry
-    `pytest.mark.xdist_group("enumerated")`, so that under pytest-xdist one worker computes
-    each optimum once."""
+    choices), each computed once per process. The tests that share an instance carry one
+    `pytest.mark.xdist_group("enumerated-...")`, so that under pytest-xdist one worker
+    computes its optimum once."""
     from cefl_opt.generator import make_instance
     from cefl_opt.solvers.centralized import exhaustive
     cache: dict = {}
@@ -159,3 +159,16 @@ def enumerated():
             cache[key] = (inst, exhaustive(inst))
         return cache[key]
     return get
+
+
+#: module-scoped fixtures worth computing once: under pytest-xdist (`--dist loadgroup`) the
+#: tests of a module that use one of them run on one worker (group "<module>::<fixture>")
+SHARED_FIXTURES = ("site", "tiny_run", "tiny_pair", "tiny_screened", "two_points")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = [f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())]
+        if used and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}::{used[0]}"))

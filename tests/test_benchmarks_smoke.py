@@ -45,13 +45,12 @@ def test_run_all_quick(tmp_path):
     assert (enum.filter(like="check_vs_") == "PASS").all(axis=None)
 
 
-def test_exp1_refuses_a_non_positive_vartheta(tmp_path):
+def test_exp1_refuses_a_non_positive_vartheta(tmp_path, capsys):
     """exp1's --vartheta (the constant pair's number) must be > 0: exit 2 with the value named,
-    before any work."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.exp1_energy_delay_to_accuracy",
-                           "--quick", "--pair", "constant", "--vartheta", "0",
-                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 2
-    assert "--vartheta must be > 0, got 0.0" in proc.stderr
+    before any work (in this process: argparse's usage error)."""
+    from benchmarks.exp1_energy_delay_to_accuracy import main
+    with pytest.raises(SystemExit) as exc:
+        main(["--quick", "--pair", "constant", "--vartheta", "0", "--out-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--vartheta must be > 0, got 0.0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())

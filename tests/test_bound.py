@@ -80,7 +80,7 @@ def test_round_instance_is_that_round():
     np.testing.assert_array_equal(r.Rmax_bs, inst.Rmax_bs)
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     inst, (best, _sol, _count) = enumerated("tiny", seed=seed)
@@ -92,7 +92,7 @@ def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     assert free.cutoff_source == "reference" and free.cutoff >= best * (1 - 1e-9)
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 def test_an_incumbent_below_the_optimum_is_the_bound(enumerated):
     # min P >= min(U, bound under J <= U): with U below the optimum nothing lies under the
     # cut, and the bound is U itself
@@ -138,15 +138,21 @@ def test_scip_cutoff_and_the_methods_options_must_be_positive(bad):
     assert ScipOptions(incumbent=1e-9).incumbent == 1e-9 and ScipOptions().incumbent is None
 
 
-def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path):
+def _cli(argv, capsys) -> tuple[int, str]:
+    """`cefl-opt argv` in this process: its exit code and stderr."""
+    from cefl_opt import cli
+    rc = cli.main(argv)
+    return rc, capsys.readouterr().err
+
+
+def test_scip_cutoff_flag_rejects_zero_with_a_clear_error(tmp_path, capsys):
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
-    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "scip", "--set", "incumbent=0", "--out", str(tmp_path / "s.json")],
-                       capture_output=True, text=True)
-    assert p.returncode == 2
-    assert "cefl-opt: error:" in p.stderr and "incumbent" in p.stderr
-    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+    rc, err = _cli(["solve", str(net), "--method", "scip", "--set", "incumbent=0", "--out",
+                    str(tmp_path / "s.json")], capsys)
+    assert rc == 2
+    assert "cefl-opt: error:" in err and "incumbent" in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
 
 
 def _closable(enumerated):
@@ -157,7 +163,7 @@ def _closable(enumerated):
     return inst, best
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-closable")
 def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff(enumerated):
     inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=60, incumbent=0.5 * best)
@@ -166,7 +172,7 @@ def test_scip_with_a_cutoff_below_the_optimum_proves_the_cutoff(enumerated):
     assert res.bound == 0.5 * best and "cutoff" in res.message
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny-closable")
 def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
     inst, best = _closable(enumerated)
     res = solve(inst, "scip", time_limit=120, gap=0.02, incumbent=1.05 * best)
@@ -175,7 +181,7 @@ def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
     assert res.info["cutoff"] == 1.05 * best
 
 
-@pytest.mark.xdist_group("enumerated")
+@pytest.mark.xdist_group("enumerated-tiny")
 def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it(enumerated, monkeypatch):
     from cefl_opt.solvers import bound
     monkeypatch.setattr(bound, "INCUMBENT_SHARE", 0.9)   # decentralized's time, under load
@@ -201,15 +207,14 @@ def test_the_method_with_an_incumbent_reports_a_bound_only():
     (["--time-limit", "none"], "option 'time_limit' must be a positive number of seconds"),
     (["--bound", "general"], "needs bound 'corollary'"),
 ])
-def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, args, text):
+def test_the_method_rejects_bad_options_with_a_clear_error(tmp_path, capsys, args, text):
     net = tmp_path / "net.json"
     make_instance("tiny", seed=0).save(net)
-    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "decomposed-bound", *args, "--out", str(tmp_path / "s.json")],
-                       capture_output=True, text=True)
-    assert p.returncode == 2, p.stderr
-    assert p.stderr.startswith("cefl-opt: error:") and text in p.stderr
-    assert "Traceback" not in p.stderr and not (tmp_path / "s.json").exists()
+    rc, err = _cli(["solve", str(net), "--method", "decomposed-bound", *args, "--out",
+                    str(tmp_path / "s.json")], capsys)
+    assert rc == 2, err
+    assert err.startswith("cefl-opt: error:") and text in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
 
 
 # ---------------------------------------------------------------------- the capacity edge

@@ -12,7 +12,7 @@ from cefl_opt.solution import Solution
 
 def test_run_writes_a_complete_report(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = cli.main(["run", "--out", str(out), "--preset", "small", "--rounds", "2",
+    rc = cli.main(["run", "--out", str(out), "--preset", "tiny", "--rounds", "2",
                    "--methods", "decentralized,ipopt-enum,greedy-rate,no-offload",
                    "--dataset", "digits", "--train-rounds", "2", "--targets", "0.3,0.5",
                    "--cache-dir", str(tmp_path / "cache")])
