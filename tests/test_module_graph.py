@@ -67,12 +67,13 @@ def _from_base(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
-def _function_lines(tree: ast.AST) -> set[int]:
+def _imports_in_functions(tree: ast.AST) -> set[int]:
     """ids of the import nodes that sit inside a function body."""
     inside = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            inside.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+            inside.update(id(n) for n in ast.walk(fn)
+                          if isinstance(n, (ast.Import, ast.ImportFrom)))
     return inside
 
 
@@ -83,7 +84,7 @@ def imports(mods: dict[str, tuple[Path, bool]]) -> list[Import]:
     out = []
     for module, (path, is_pkg) in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        in_fn = _function_lines(tree)
+        in_fn = _imports_in_functions(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
