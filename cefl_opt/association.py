@@ -1,7 +1,8 @@
 """UE-BS association rules, in one place.
 
 * `best_rate_uplink` / `best_rate_downlink`: the BS with the best R_nb / R_bn (the reference
-  orchestration, docs/modelling.md, 'Weights and infeasible capacity');
+  orchestration, docs/modelling.md, 'Weights and infeasible capacity'; defined in `system`,
+  whose `reference_solution` uses them, and re-exported here);
 * `fastest_path_uplink`: the BS with the fastest gradient path to the aggregator,
   argmin_b beta_M/R_nb + beta_M/Rmax_bs[b, agg] (the start of the fixed-choice methods);
 * `association_rule`: fastest-path uplink and best-rate downlink for a given aggregator;
@@ -23,18 +24,9 @@ import numpy as np
 from . import system
 from .instance import Instance
 from .solution import Solution
+from .system import best_rate_downlink, best_rate_uplink  # noqa: F401  (the rules, re-exported)
 
 TIE_BREAK = 1e-9  # weight of the normalised rate in `round_associations` (ties only)
-
-
-def best_rate_uplink(inst: Instance, t: int) -> np.ndarray:
-    """[N] the BS with the largest R_nb[t, n, :] (absent links have rate 0)."""
-    return np.argmax(inst.R_nb[t], axis=1).astype(int)
-
-
-def best_rate_downlink(inst: Instance, t: int) -> np.ndarray:
-    """[N] the BS with the largest R_bn[t, :, n]."""
-    return np.argmax(inst.R_bn[t], axis=0).astype(int)
 
 
 def fastest_path_uplink(inst: Instance, t: int, aggregator: int) -> np.ndarray:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .instance import Instance
 from .orchestration import PARTS, cost_table, round_flows, subnets
-from .plots import _plt
+from .plots import pyplot
 from .solution import Solution
 from .system import evaluate
 
@@ -231,7 +231,7 @@ def plot_orchestration(inst: Instance, sols: list[Solution], *, labels: list[str
     'scale', the line width (points) per data point of every flow in the figure. A panel's
     title gives the objective under the weights its solution records (`Solution.weights`;
     the instance's where it records none), the objective its file holds."""
-    plt = _plt()
+    plt = pyplot()
     labels = solution_labels(sols) if labels is None else labels
     lay = layout(inst, seed, thin)
     per = [[panel_flows(inst, lay, t, s) for t in range(inst.T)] for s in sols]
@@ -334,7 +334,7 @@ def plot_costs(inst: Instance, sols: list[Solution], *, labels: list[str] | None
     'solution' column, the UEs of a sub-network in one row above `thin` UEs)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    plt = _plt()
+    plt = pyplot()
     labels = solution_labels(sols) if labels is None else labels
     lay = layout(inst, thin=thin) if inst.N > thin else Layout({}, np.zeros((1, 2)), 1.0,
                                                                *subnets(inst), False)

@@ -160,8 +160,8 @@ def _orchestration(inst, sols: list, out: Path) -> pd.DataFrame:
     node's delay and energy go); returns the per-round summary of every solution."""
     from .orchestration import cost_table, round_summary
     from .orchestration_plot import plot_costs, plot_orchestration
-    from .plots import _plt
-    plt = _plt()
+    from .plots import pyplot
+    plt = pyplot()
     for plot, name in ((plot_orchestration, "orchestration.png"), (plot_costs, "costs.png")):
         fig, _ = plot(inst, sols)
         write_png_atomic(fig, out / name)

@@ -8,7 +8,8 @@ import pandas as pd
 from .io import write_png_atomic
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (matplotlib is imported here, on first use)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -20,7 +21,7 @@ def plot_sca_trace(rows, path: str | Path, title: str = "decentralized") -> Path
     dicts or the trace CSV's frame): model objective, scaled violation and step, and the
     aggregator of every round with the indicators' distance from a vertex, by outer iteration."""
     df = pd.DataFrame(rows)
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4))
     for ph, g in df.groupby("phase", sort=False):
         a1.plot(g.outer, g.obj_model, label=f"{ph} phase")

@@ -16,6 +16,7 @@ import numpy as np
 
 from .instance import Instance, InstanceError, numeric_array
 from .io import InputError, read_json, write_json_atomic
+from .weights import weights_problem
 
 FORMAT_TAG = "cefl-solution/1"
 
@@ -240,7 +241,6 @@ class Solution:
             raise InstanceError(f"field 'instance_sha256' must be 64 hex digits, got {fp!r}")
         weights = data.get("weights")
         if weights is not None:
-            from .system import weights_problem      # (system imports this module)
             why = weights_problem(weights)
             if why:
                 raise InstanceError(f"field 'weights' {why}")

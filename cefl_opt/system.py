@@ -9,7 +9,6 @@ exactly here (no epigraph variables).
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -18,6 +17,7 @@ import numpy as np
 
 from .instance import Instance, validated
 from .solution import RoundDecision, Solution
+from .weights import WEIGHT_KEYS, weights_problem  # noqa: F401  (re-exported)
 
 FEAS_TOL = 1e-6  # relative tolerance of `evaluate`'s feasibility check (documented in README)
 BOUND_FORMS = ("corollary", "general")  # eq:convSpecial / eq:GenConvBound
@@ -280,24 +280,6 @@ def ml_bound(inst: Instance, gammas: np.ndarray, ms: np.ndarray, taus: np.ndarra
 
 
 # ---- weights ---------------------------------------------------------------------------
-WEIGHT_KEYS = ("xi1", "xi2", "xi3")
-
-
-def weights_problem(weights: Any) -> str | None:
-    """Why `weights` cannot override the objective's weights (a mapping of some of xi1, xi2,
-    xi3 to finite numbers >= 0), or None."""
-    if not isinstance(weights, Mapping):
-        return f"must be a mapping of {', '.join(WEIGHT_KEYS)}, got {type(weights).__name__}"
-    bad = sorted(set(map(str, weights)) - set(WEIGHT_KEYS))
-    if bad:
-        return f"has unknown key {bad[0]!r} (expected {', '.join(WEIGHT_KEYS)})"
-    for k, x in weights.items():
-        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x) \
-                or x < 0:
-            return f"entry {k!r} must be a finite number >= 0, got {x!r}"
-    return None
-
-
 def objective_weights(inst: Instance, weights: Mapping[str, float] | None = None
                       ) -> dict[str, float]:
     """xi1, xi2, xi3 of the objective (eqn: optimization objective text): the instance's,
@@ -491,6 +473,16 @@ def capacity_rates(inst: Instance) -> np.ndarray:
     return inst.R_floor + head * frac[None, :]
 
 
+def best_rate_uplink(inst: Instance, t: int) -> np.ndarray:
+    """[N] the BS with the largest R_nb[t, n, :] (absent links have rate 0)."""
+    return np.argmax(inst.R_nb[t], axis=1).astype(int)
+
+
+def best_rate_downlink(inst: Instance, t: int) -> np.ndarray:
+    """[N] the BS with the largest R_bn[t, :, n]."""
+    return np.argmax(inst.R_bn[t], axis=0).astype(int)
+
+
 def reference_solution(inst: Instance, aggregator: int = 0, *,
                        within_capacity: bool = False) -> Solution:
     """The reference orchestration (docs/modelling.md, 'Weights and infeasible capacity'): no
@@ -500,7 +492,6 @@ def reference_solution(inst: Instance, aggregator: int = 0, *,
     R_bs is `full_rates` (the normalising weights' point), which R_floor can lift above Rmax_s
     (eqn: Server_capacity), or, `within_capacity`, `capacity_rates`. Either is a point of P
     only where `evaluate` finds no violation: a caller that needs a feasible point checks."""
-    from .association import best_rate_downlink, best_rate_uplink  # (it imports this module)
     g_ref = 0.5 * (inst.gamma_min + common_gamma_step_cap(inst))
     rates = capacity_rates(inst) if within_capacity else full_rates(inst)
     rounds = []

@@ -1,9 +1,9 @@
 """Solver interface in the manner of `pyomo.contrib.solver`: termination conditions, solution
 status, a `Results` object and a registry of named methods with typed options.
 
-This module imports no method module: `solvers/plugins.py` registers the methods (as Pyomo's
-`plugins.load()`), each with its options class (`solvers/options.py`), and a method's module is
-imported only when it is first run."""
+This module imports no method module: `solvers/plugins.py` names the methods (as Pyomo's
+plugins), each with its options class (`solvers/options.py`), as "module:attribute" strings
+that are registered here, and a method's module is imported only when it is first run."""
 from __future__ import annotations
 
 import enum
@@ -14,6 +14,13 @@ from typing import Any, Callable
 
 from cefl_opt.instance import Instance, validated
 from cefl_opt.solution import Solution
+from cefl_opt.system import objective_weights
+
+from .errors import SolverError  # noqa: F401  (re-exported: `solvers.base.SolverError`)
+from .isolation import call_isolated
+from .options import (OptionError, add_option_flags, add_setting_flags, build_options,
+                      options_from_args)
+from .plugins import PLUGINS
 
 
 class TerminationCondition(str, enum.Enum):
@@ -33,10 +40,6 @@ class SolutionStatus(str, enum.Enum):
     feasible = "feasible"
     infeasible = "infeasible"
     noSolution = "no_solution"
-
-
-class SolverError(RuntimeError):
-    """A solver is missing or failed in a way that leaves no honest answer."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,10 @@ def register(name: str, target: str | MethodFn, options: str | type, doc: str,
 
 
 def _load_plugins() -> None:
-    from . import plugins  # the one place that names the method modules
-    plugins.load()
+    """Register every method of `plugins.PLUGINS`, the one place that names the method modules
+    (idempotent)."""
+    for name, target, options, doc, *native in PLUGINS:
+        register(name, target, options, doc, *native)
 
 
 def method_spec(name: str) -> MethodSpec:
@@ -191,7 +196,6 @@ def add_method_flags(parser) -> None:
     """Add `--set KEY=VALUE`, `--options FILE` and the flags of every registered method's
     flagged options to an argparse parser (or group): `solvers.options.add_setting_flags` and
     `add_option_flags` over `options_classes()`."""
-    from .options import add_option_flags, add_setting_flags
     add_setting_flags(parser)
     add_option_flags(parser, options_classes())
 
@@ -200,7 +204,6 @@ def options_from_namespace(args, method: str | None = None):
     """The options object of `method` (default `args.method`) from what `add_method_flags`
     added (and the display switch `--progress`); a flag of another method, or an unknown
     `--set` key, is an `OptionError`."""
-    from .options import OptionError, options_from_args
     classes = options_classes()
     method = method or args.method
     if method not in classes:
@@ -244,7 +247,6 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         >>> res.status, round(res.objective, 3)
         ('locally_optimal', 2.287)
     """
-    from .options import OptionError, build_options
     inst = validated(inst)
     spec = method_spec(method)
     cls = spec.options_class()
@@ -265,7 +267,6 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
                        info={"reasons": problems})
     t0 = time.perf_counter()
     if isolate and getattr(opts, "backend", "local") != "mpi":
-        from .isolation import call_isolated
         res = call_isolated(spec.function(), inst, opts, label=spec.native)
     else:
         res = spec.function()(inst, opts)
@@ -275,6 +276,5 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         res.solution.wall_s = res.wall_s
         res.solution.bound, res.solution.gap = res.bound, res.gap
         res.solution.for_instance(inst)
-        from cefl_opt.system import objective_weights
         res.solution.weights = objective_weights(inst, getattr(opts, "weights", None))
     return res

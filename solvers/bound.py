@@ -41,8 +41,10 @@ from cefl_opt import system
 from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem
 
-from .base import Results
-from .options import BoundOptions
+from .base import Results, SolutionStatus, TerminationCondition, solve
+from .isolation import die_with_parent
+from .options import BoundOptions, OptionError
+from .scip_interface import QuietScip, finite, scip_params
 
 
 def delay_floors(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
@@ -130,14 +132,13 @@ def round_instance(inst: Instance, t: int) -> Instance:
 def _scip_lower(m, time_limit: float, seed: int = 0) -> tuple[float | None, str]:
     """SCIP's proven lower bound on model `m` (its active objective) within `time_limit` s,
     and SCIP's termination ('provenInfeasible': no point, the bound is +inf)."""
-    from .scip import QuietScip, _finite, scip_params
     params = scip_params(float(time_limit), 1e-6, seed)
     res = QuietScip().solve(m, tee=False, solver_options=params, load_solutions=False,
                              raise_exception_on_nonoptimal_result=False)
     tc = res.termination_condition.name
     if tc in ("provenInfeasible", "locallyInfeasible"):
         return math.inf, tc
-    return _finite(res.objective_bound), tc
+    return finite(res.objective_bound), tc
 
 
 def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | None,
@@ -347,8 +348,6 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
     `info["report"]` is what was proven (`bound_report`)."""
     import time
 
-    from .base import SolutionStatus, TerminationCondition
-    from .options import OptionError
     if opts.bound != "corollary" or inst.vartheta_mode != "constant":
         raise OptionError(f"method 'decomposed-bound' needs bound 'corollary' and vartheta_mode "
                           f"'constant', got {opts.bound!r} and {inst.vartheta_mode!r}")
@@ -413,9 +412,7 @@ def _send_result(conn, inst: Instance) -> None:
     """The child of `_incumbent`: `decentralized`'s Results (None if it raised) on `conn`; it
     dies with its parent. `decentralized` optimises the instance's weights; `_incumbent` scores
     its point under the bound's, so that the bound and the incumbent compare one objective."""
-    from .base import solve
-    from .isolation import _die_with_parent
-    _die_with_parent()
+    die_with_parent()
     try:
         conn.send(solve(inst, "decentralized"))
     except Exception:  # noqa: BLE001 - no incumbent; the bound runs without it

@@ -20,36 +20,18 @@ import types
 from typing import Any, Sequence
 
 import numpy as np
-import pyomo.environ as pyo
-from pyomo.opt import TerminationCondition as PyoTC
 
 from cefl_opt import system
 from cefl_opt.association import association_rule, repair_associations
 from cefl_opt.instance import Instance
 from cefl_opt.io import check_interrupt
-from cefl_opt.models import (build_problem, clip_to_bounds, extract_solution, fix_binaries,
-                             load_solution, unfix_binaries)
 from cefl_opt.solution import RoundDecision, Solution
 
-from .base import Results, SolutionStatus, SolverError, TerminationCondition
-from .native_check import ipopt_values
+from . import decentralized, isolation
+from .base import Results, SolutionStatus, TerminationCondition
+from .fixed_nlp import IPOPT_DEFAULTS, IPOPT_QUIET, FixedNLP, require_cyipopt  # noqa: F401
 from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
                       OptionError)
-
-IPOPT_DEFAULTS: dict[str, Any] = {"tol": 1e-8, "max_iter": 3000, "print_level": 0,
-                                  "mu_strategy": "adaptive"}
-#: Ipopt's console log is off whatever the options say: Pyomo captures it on a pipe that a
-#: thread drains while cyipopt holds the GIL, so a long log could block the solve, and nobody
-#: reads it (Ipopt's output_file and file_print_level write one to a file)
-IPOPT_QUIET: dict[str, Any] = {"print_level": 0}
-
-
-def _require_cyipopt():
-    solver = pyo.SolverFactory("cyipopt")
-    if not solver.available(exception_flag=False):
-        raise SolverError("cyipopt is not available: run `make install` (cyipopt and the PyNumero "
-                          "ASL library are needed for the Ipopt-based methods)")
-    return solver
 
 
 # ---------------------------------------------------------------------- discrete choices
@@ -78,87 +60,6 @@ def greedy_data_aggregators(inst: Instance) -> list[int]:
 def greedy_rate_aggregators(inst: Instance) -> list[int]:
     """Per round, the DC with the highest mean end-to-end rate max_b 1/(1/R_nb + 1/Rmax_bs)."""
     return [int(a) for a in inst.ue_bs_e2e_rate().mean(axis=1).argmax(axis=1)]
-
-
-# ---------------------------------------------------------------------- fixed-binary NLP
-class FixedNLP:
-    """P with its binary decisions fixed, in the compact form (copies=False), built once and
-    re-fixed for every discrete choice; each `solve` is one Ipopt run."""
-
-    def __init__(self, inst: Instance, *, bound: str = "corollary",
-                 weights: dict[str, float] | None = None, no_offload: bool = False,
-                 ipopt_options: dict[str, Any] | None = None, time_limit: float | None = None):
-        self.inst, self.bound, self.weights = inst, bound, weights
-        self.solver = _require_cyipopt()
-        self.options = {**IPOPT_DEFAULTS, **ipopt_values(ipopt_options), **IPOPT_QUIET}
-        if time_limit is not None:
-            self.options["max_cpu_time"] = float(time_limit)
-        ref = system.reference_solution(inst)
-        self.model = build_problem(inst, binaries="fixed", fixed=ref, bound=bound, weights=weights,
-                                   copies=False)
-        self.no_offload = no_offload
-        if no_offload:  # conventional FL: no data leaves the UEs
-            for n in self.model.N:
-                for v in self.model.ue[n].rho.values():
-                    v.fix(0.0)
-        self.n_solves = 0
-        self.bar = None              # a tqdm bar of the Ipopt solves (option progress)
-        self.association_moves = 0
-        self.retries = 0
-        self.iterations = 0
-
-    def solve(self, decisions: Sequence[RoundDecision], warm: Solution | None = None
-              ) -> tuple[Solution | None, TerminationCondition, float | None]:
-        """Optimise the continuous variables for `decisions`; returns (solution, status,
-        objective of P evaluated by `cefl_opt.system`)."""
-        sol, status, obj = self._solve_once(decisions, warm, self.options)
-        if sol is None and status in (TerminationCondition.locallyInfeasible,
-                                      TerminationCondition.error):
-            # Ipopt's adaptive barrier update can end in a point of local infeasibility on a
-            # feasible choice; one retry from the reference start with the monotone (Fiacco-
-            # McCormick) update, counted in `retries`, before the failure is reported
-            self.retries += 1
-            sol, status, obj = self._solve_once(decisions, None,
-                                                {**self.options, "mu_strategy": "monotone"})
-        return sol, status, obj
-
-    def _solve_once(self, decisions: Sequence[RoundDecision], warm: Solution | None,
-                    options: dict[str, Any]
-                    ) -> tuple[Solution | None, TerminationCondition, float | None]:
-        m, inst = self.model, self.inst
-        unfix_binaries(m)
-        start = warm.rounds if warm is not None else system.reference_solution(inst).rounds
-        start = [r.copy() for r in start]
-        for r, d in zip(start, decisions):
-            r.aggregator, r.uplink_bs, r.downlink_bs = d.aggregator, d.uplink_bs, d.downlink_bs
-            if self.no_offload:
-                r.rho_nb = np.zeros_like(r.rho_nb)
-        load_solution(m, start)
-        fix_binaries(m, decisions)
-        if self.no_offload:
-            for n in m.N:
-                for v in m.ue[n].rho.values():
-                    v.fix(0.0)
-        res = self.solver.solve(m, tee=False, options=options)
-        self.n_solves += 1
-        if self.bar is not None:
-            self.bar.update(1)
-        tc = res.solver.termination_condition
-        self.iterations += int(getattr(res.solver, "iterations", 0) or 0)
-        status = {PyoTC.optimal: TerminationCondition.locallyOptimal,
-                  PyoTC.locallyOptimal: TerminationCondition.locallyOptimal,
-                  PyoTC.maxIterations: TerminationCondition.iterationLimit,
-                  PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,
-                  PyoTC.infeasible: TerminationCondition.locallyInfeasible,
-                  }.get(tc, TerminationCondition.error)
-        if status in (TerminationCondition.locallyInfeasible, TerminationCondition.error):
-            return None, status, None
-        sol = clip_to_bounds(extract_solution(m), inst, self.bound)
-        ev = system.evaluate(inst, sol, bound=self.bound, weights=self.weights)
-        if not ev.feasible:  # a time- or iteration-limited stop at an infeasible iterate
-            return None, (status if status != TerminationCondition.locallyOptimal
-                          else TerminationCondition.error), None
-        return sol, status, ev.objective
 
 
 def solve_with_repair(nlp: FixedNLP, decisions: Sequence[RoundDecision],
@@ -332,9 +233,8 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
     decentralized-polish, which have no time limit of their own: with a `deadline` (a
     `time.monotonic` instant) the method runs in a forked child stopped after `DEC_SEED_SHARE`
     of the time left, so that the Ipopt seeds keep the rest; a stopped run gives no point."""
-    from .decentralized import solve_decentralized
     if deadline is None:
-        return solve_decentralized(inst, method=method, bound=bound)[0], False
+        return decentralized.solve_decentralized(inst, method=method, bound=bound)[0], False
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -354,10 +254,8 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
 
 def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:
     """The child of `_decentralized_seed`: the point on `conn`; it dies with its parent."""
-    from .decentralized import solve_decentralized
-    from .isolation import _die_with_parent
-    _die_with_parent()
-    conn.send(solve_decentralized(inst, method=method, bound=bound)[0])
+    isolation.die_with_parent()
+    conn.send(decentralized.solve_decentralized(inst, method=method, bound=bound)[0])
 
 
 _TASKS = {"seed": _seed_task, "move": _move_task, "polish": _polish_task}
@@ -379,10 +277,9 @@ def _task(nlp: FixedNLP, opts: IpoptEnumOptions, deadline: float | None, kind: s
 def _worker_init(inst: Instance, opts: IpoptEnumOptions) -> None:
     import dataclasses
     import signal
-    from . import isolation
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent acts on Ctrl-C
-    isolation._die_with_parent()
-    isolation._PROGRESS_FD = None                    # the isolated parent's pipe is not ours
+    isolation.die_with_parent()
+    isolation.leave_child()                          # the isolated parent's pipe is not ours
     _WORKER["opts"] = opts
     _WORKER["nlp"] = _nlp(inst, dataclasses.replace(opts, progress=False), per_solve_limit=False)
 
@@ -415,7 +312,7 @@ class _Runner:
             self.nlp = _nlp(inst, dataclasses.replace(opts, progress=False),
                             per_solve_limit=False)
         else:
-            _require_cyipopt()
+            require_cyipopt()
             import concurrent.futures
             import multiprocessing
             self.pool = concurrent.futures.ProcessPoolExecutor(

@@ -58,10 +58,13 @@ from typing import Any
 
 import numpy as np
 
+from cefl_opt import system
+from cefl_opt.association import repair_associations
 from cefl_opt.instance import Instance, InstanceError
 from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
+from . import fixed_nlp
 from .aggregator_moves import Candidate, aggregator_search, best_of, better
 from .assoc_moves import (MoveViews, association_moves, central_views, exact_group_moves,
                           exact_top_moves, fix_indicators_at, tighten_epigraphs)
@@ -213,10 +216,8 @@ def _polish(inst: Instance, sol: Solution, *, bound: str, ipopt_options: dict | 
             ) -> tuple[Solution, str, float]:
     """Ipopt on P with the binaries of `sol` fixed, started from `sol` (decentralized-polish
     only); the polished point is kept when it is feasible and not worse."""
-    from cefl_opt import system
-    from . import centralized
     t0 = time.perf_counter()
-    nlp = centralized.FixedNLP(inst, bound=bound, ipopt_options=ipopt_options)
+    nlp = fixed_nlp.FixedNLP(inst, bound=bound, ipopt_options=ipopt_options)
     out, status, _obj = nlp.solve(sol.rounds, warm=sol)
     final = sol
     if out is not None:
@@ -444,7 +445,6 @@ def _rounding(run: DecentralizedRun, relaxed_u: np.ndarray):
 def _central_repair_and_polish(run: DecentralizedRun, u_rounded: np.ndarray) -> Solution:
     """decentralized-polish after rounding: the central association repair and the Ipopt
     polish with the binaries fixed (each evaluates P over the whole network)."""
-    from cefl_opt.association import repair_associations
     inst, bound, info = run.inst, run.bound, run.info
     rounded = clip_to_bounds(run.st.to_solution(u_rounded, method=run.method, status="rounded"),
                              inst, bound)
@@ -726,7 +726,6 @@ def _result(run: DecentralizedRun, final: Solution, records: list, reason: str,
             t_sca: float, final_violation: float | None = None) -> Solution:
     """The returned solution: status and info, and its objective and terms as the harness's
     check `system.evaluate` computes them (reporting only; the method does not use it)."""
-    from cefl_opt import system
     info = run.info
     info.update(stop_reason=reason, outer_iterations=len(records),
                 inner_iterations=int(sum(r.inner["inner_iters"] for r in records)),

@@ -32,7 +32,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from .base import SolverError
+from .errors import SolverError
 
 _HEADER = struct.Struct("!Q")
 _PROGRESS_FD: int | None = None        # the pipe of the child we are in, if any
@@ -51,6 +51,13 @@ class NativeCrash(SolverError):
 def in_child() -> bool:
     """True inside a child of :func:`call_isolated`."""
     return _PROGRESS_FD is not None
+
+
+def leave_child() -> None:
+    """This process is not an isolated child, though it was forked from one (a pool worker of
+    an isolated method): it reports no progress, since its parent's pipe is not its own."""
+    global _PROGRESS_FD
+    _PROGRESS_FD = None
 
 
 def report_progress(**values: Any) -> None:
@@ -106,7 +113,7 @@ def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> 
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _die_with_parent()
+        die_with_parent()
         tempfile.tempdir = os.environ["TMPDIR"] = scratch
         _PROGRESS_FD = write_fd
         try:
@@ -124,7 +131,9 @@ def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> 
             os._exit(code)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Have this (child) process killed when its parent dies (Linux `PR_SET_PDEATHSIG`), and
+    leave at once if the parent is already gone."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)              # PR_SET_PDEATHSIG

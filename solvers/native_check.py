@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import Any, Iterator, Mapping
 
-from .options import OptionError
+from .errors import OptionError
 
 
 class _Nothing:
@@ -137,9 +137,9 @@ def scip_value(name: Any, value: Any) -> Any:
         except (ValueError, TypeError, OverflowError) as e:
             why = str(e)
     if why is not None:
-        from .scip import _scip_error           # the text of SCIP's own error line
+        from .scip_interface import scip_error  # SCIP's own error line (loads pyomo's SCIP)
         raise OptionError(f"{entry} is refused by SCIP: "
-                          f"{_scip_error(chr(10).join(lines)) or why}")
+                          f"{scip_error(chr(10).join(lines)) or why}")
     if not isinstance(value, str) and got != value:
         raise OptionError(f"{entry} is refused: SCIP would store it as {got!r}")
     return value

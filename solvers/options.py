@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from cefl_opt.system import BOUND_FORMS, weights_problem
 
+from .errors import OptionError  # noqa: F401  (re-exported: `solvers.options.OptionError`)
+
 Check = Callable[[Any], "str | None"]  # returns a reason ("must be > 0") or None
 
 #: The ranges SCIP accepts for the parameters that options set (SCIP's parameter table):
@@ -48,10 +50,6 @@ SCIP_THREADS_MAX = 64
 #: its time limit) starts, so their number is bounded
 MAX_STARTS = 10_000
 WORKERS_MAX = 256      # processes of one pool (ipopt-enum's independent solves)
-
-
-class OptionError(ValueError):
-    """An option value is wrong: the message names the option and the value."""
 
 
 class UnknownOptionError(OptionError):
@@ -160,7 +158,7 @@ def _scip_entries(v: Mapping[str, Any]) -> str | None:
 
 
 # ---------------------------------------------------------------------- type handling
-def _split_optional(hint: Any) -> tuple[Any, bool]:
+def split_optional(hint: Any) -> tuple[Any, bool]:
     """(base type, None allowed) of an annotation such as `float | None`."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -172,7 +170,7 @@ def _split_optional(hint: Any) -> tuple[Any, bool]:
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:
     """`value` as the option's type, or OptionError naming the option and the value."""
-    base, optional = _split_optional(hint)
+    base, optional = split_optional(hint)
     if value is None:
         if optional:
             return None
@@ -258,7 +256,7 @@ def build_options(cls: type[MethodOptions], values: Mapping[str, Any]) -> Method
 @dataclass(frozen=True)
 class IpoptOptions(MethodOptions):
     """Options of every method that optimises the continuous variables with Ipopt on P with
-    the binary decisions fixed (`centralized.FixedNLP`)."""
+    the binary decisions fixed (`fixed_nlp.FixedNLP`)."""
 
     time_limit: float | None = option(None, "seconds of CPU time per Ipopt solve (Ipopt's "
                                       "max_cpu_time; none: no limit)", check=positive)
@@ -565,7 +563,7 @@ def add_option_flags(parser: argparse.ArgumentParser,
             if hint != hint0 or _flag(f) != _flag(f0):  # a declaration bug, not user input
                 raise TypeError(f"option {name!r} of {meth!r} differs in type or flag from "
                                 f"{_meth0!r}")
-        base, optional = _split_optional(hint0)
+        base, optional = split_optional(hint0)
         same = len({u[1].metadata["doc"] for u in uses}) == 1
         where = _methods_label([u[0] for u in uses], classes)
         help_ = f"{_short(f0.metadata['doc'])} [{where}]" if same else f"[{where}]"
@@ -611,7 +609,7 @@ def _resolve_key(cls: type[MethodOptions], key: str, fields: list[dataclasses.Fi
 def parse_text(name: str, text: str, hint: Any) -> Any:
     """The value of option `name` written as `text` (a --set value): true/false for booleans,
     'none' for an option that may be None; OptionError naming the option and the text."""
-    base, optional = _split_optional(hint)
+    base, optional = split_optional(hint)
     t = text.strip()
     if optional and t.lower() == "none":
         return None
@@ -762,7 +760,7 @@ def describe_options(method: str, cls: type[MethodOptions], width: int | None = 
     for group, fields in option_groups(cls):
         lines += ["", group]
         for f in fields:
-            base, optional = _split_optional(hints[f.name])
+            base, optional = split_optional(hints[f.name])
             typ = getattr(base, "__name__", str(base)) + (" | None" if optional else "")
             how = (_flag(f) if f.name in flagged else "--set" if f.metadata.get("cli", True)
                    else "--options file only")

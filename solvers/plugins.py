@@ -1,4 +1,4 @@
-"""The solve methods, registered in one place (as Pyomo's `plugins.load()`).
+"""The solve methods, named in one place (as Pyomo's plugins; `solvers.base` registers them).
 
 One line per method: name, the function `fn(inst, options) -> Results` and the options class
 (both as "module:attribute", imported on first use, so listing the methods loads no solver),
@@ -8,8 +8,6 @@ module with its function and its options dataclass (a `solvers.options.MethodOpt
 subclass) plus one line here (docs/developer.md, "Adding a solve method").
 """
 from __future__ import annotations
-
-from .base import register
 
 _C, _O = "cefl_opt.solvers.centralized", "cefl_opt.solvers.options"
 _D = "cefl_opt.solvers.decentralized"
@@ -44,8 +42,3 @@ PLUGINS: tuple[tuple[str, ...], ...] = (
      "messages)", _ASL),
 )
 
-
-def load() -> None:
-    """Register every method of `PLUGINS` (idempotent)."""
-    for name, target, options, doc, *native in PLUGINS:
-        register(name, target, options, doc, *native)

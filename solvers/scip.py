@@ -4,10 +4,8 @@ optimal (gap closed), or time limit with the remaining gap, or infeasible."""
 from __future__ import annotations
 
 import io
-import math
 import sys
 import time
-from pathlib import Path
 
 import pyomo.environ as pyo
 from pyomo.common.tee import capture_output
@@ -23,10 +21,7 @@ from .base import Results, SolutionStatus, SolverError, TerminationCondition
 from .bound import add_bound_cuts, cap_objective
 from .isolation import in_child, report_progress
 from .options import ScipOptions
-
-#: Options of the Ipopt inside SCIP (its NLP heuristics): MUMPS orders with AMD, not METIS,
-#: whose bundled build aborts the process on some of P's systems (the file says why)
-IPOPT_OPTIONS_FILE = Path(__file__).with_name("scip_ipopt.opt")
+from .scip_interface import IPOPT_OPTIONS_FILE, QuietScip, finite, scip_error, scip_params  # noqa: F401
 
 
 def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
@@ -64,13 +59,13 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
                                         raise_exception_on_nonoptimal_result=False,
                                         warmstart_discrete_vars=opts.warm)
     except Exception as e:  # SCIP errors are reported, not hidden
-        why = _scip_error(log.getvalue())
+        why = scip_error(log.getvalue())
         raise SolverError(f"SCIP failed: {e}" + (f" ({why})" if why else "")) from e
     finally:
         if bar is not None:
             bar.close()
     tc = res.termination_condition
-    lower = _finite(res.objective_bound)
+    lower = finite(res.objective_bound)
     status = {PyoTC.convergenceCriteriaSatisfied: TerminationCondition.convergenceCriteriaSatisfied,
               PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,
               PyoTC.provenInfeasible: TerminationCondition.provenInfeasible,
@@ -79,7 +74,7 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
               }.get(tc, TerminationCondition.unknown)
     has_sol = res.solution_loader.get_number_of_solutions() > 0
     info = {"scip_termination": tc.name, "scip_lower_bound": lower,
-            "scip_upper_bound": _finite(res.incumbent_objective), "scip_parameters": params,
+            "scip_upper_bound": finite(res.incumbent_objective), "scip_parameters": params,
             "cutoff": top, "cutoff_source": source}
     if top is not None:  # min P >= min(U, bound under J <= U) (solvers.bound)
         if status == TerminationCondition.provenInfeasible:
@@ -115,72 +110,12 @@ _SOURCES = {"incumbent": "the option incumbent",
             "reference": "a reference orchestration that evaluate finds feasible"}
 
 
-def scip_params(time_limit: float | None, gap: float, seed: int) -> dict:
-    """SCIP's parameters for every solve of the project: time limit (none: no limit), gap,
-    seed shift, feasibility tolerance, no display (nobody reads it; `QuietScip` keeps any
-    output that is asked for from blocking), the bundled Ipopt's options file (AMD ordering,
-    avoiding the MUMPS/METIS crash) and, in an isolated child, Ctrl-C left to the parent
-    (which kills the child)."""
-    params = {"limits/gap": gap, "randomization/randomseedshift": seed,
-              "numerics/feastol": 1e-7, "display/verblevel": 0,
-              "nlpi/ipopt/optfile": str(IPOPT_OPTIONS_FILE)}
-    if time_limit is not None:
-        params["limits/time"] = time_limit
-    if in_child():
-        params["misc/catchctrlc"] = False
-    return params
-
-
-def _scip_error(log: str) -> str | None:
-    """The first of SCIP's own error lines in `log` (``[paramset.c:165] ERROR: Invalid value
-    <1e+308> for real parameter <limits/time>. Must be in range [0,1e+20].``), its text only."""
-    for line in log.splitlines():
-        head, sep, text = line.partition("ERROR:")
-        if sep and head.strip().startswith("[") and text.strip():
-            return text.strip()
-    return None
-
-
-def _finite(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _bar(progress: bool):
     """The display switch: a tqdm bar on stderr of SCIP's solved nodes, or None."""
     if not progress:
         return None
     from tqdm import tqdm
     return tqdm(desc="scip", unit="node", file=sys.stderr)
-
-
-class QuietScip(ScipDirect):
-    """Pyomo's direct SCIP interface with SCIP's `optimize` run without the GIL. Pyomo captures
-    the solve's output (fd 1 included) on a pipe that a Python thread drains; SCIP, or the LP
-    solver and Ipopt inside it, writing to fd 1 while `optimize` held the GIL would fill the
-    pipe and block for ever. Every Python callback of the solve (the progress events) takes
-    the GIL itself."""
-
-    def _create_solver_model(self, model, config):
-        scip_model, loader, has_obj = super()._create_solver_model(model, config)
-        return _Nogil(scip_model), loader, has_obj
-
-
-class _Nogil:
-    """A pyscipopt model whose `optimize` is its `optimizeNogil`; every other attribute is the
-    model's."""
-
-    def __init__(self, model) -> None:
-        self._model = model
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def optimize(self) -> None:
-        self._model.optimizeNogil()
 
 
 class _ProgressScip(QuietScip):
@@ -225,8 +160,8 @@ def _progress_events(report: bool = True, bar=None):
                               and now - self.last < 2.0):
                 return
             self.last = now
-            report_progress(incumbent=_finite(self.model.getPrimalbound()),
-                            bound=_finite(self.model.getDualbound()),
+            report_progress(incumbent=finite(self.model.getPrimalbound()),
+                            bound=finite(self.model.getDualbound()),
                             at_s=round(self.model.getSolvingTime(), 1))
 
     return ProgressEvents()

@@ -13,7 +13,7 @@ import pytest
 from cefl_opt import cli
 from cefl_opt.generator import make_instance
 from cefl_opt.instance import Instance, InstanceError
-from cefl_opt.solvers import centralized, decentralized
+from cefl_opt.solvers import centralized, decentralized, fixed_nlp
 from cefl_opt.solvers.decentralized import solve_decentralized
 from cefl_opt.solvers.sca import build_structure, next_step_factor
 from cefl_opt.system import evaluate, reference_solution
@@ -61,7 +61,7 @@ def test_polish_keeps_the_better_feasible_point(tiny, two_points, monkeypatch, p
         rounded, want = ref, ref
     else:                                        # the polish found nothing
         rounded, polished, want = ref, None, ref
-    monkeypatch.setattr(centralized, "FixedNLP", _fake_nlp(polished))
+    monkeypatch.setattr(fixed_nlp, "FixedNLP", _fake_nlp(polished))
     final, status, _ = decentralized._polish(tiny, rounded, bound="corollary",
                                              ipopt_options=None)
     assert final is want, polished_is
@@ -181,7 +181,7 @@ def _option_ends():
     import typing
 
     from cefl_opt.solvers import base as solver_base
-    from cefl_opt.solvers.options import _split_optional
+    from cefl_opt.solvers.options import split_optional
     seen = set()
     for cls in solver_base.options_classes().values():
         hints = typing.get_type_hints(cls)
@@ -190,7 +190,7 @@ def _option_ends():
             if bounds is None or (cls, f.name) in seen:
                 continue
             seen.add((cls, f.name))
-            typ, _ = _split_optional(hints[f.name])
+            typ, _ = split_optional(hints[f.name])
             lo, hi, lo_open, hi_open = bounds
             step = (lambda x, d: x + d) if typ is int else (
                 lambda x, d: float(np.nextafter(x, np.inf if d > 0 else -np.inf)))

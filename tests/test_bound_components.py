@@ -331,9 +331,8 @@ class _FakeScip:
 def test_scip_lower_reads_the_termination(monkeypatch, tc, bound, want):
     import pyomo.contrib.solver.solvers.scip.scip_direct as sd
 
-    from cefl_opt.solvers import scip as scip_mod
     fake = type("F", (_FakeScip,), {"tc": tc, "bound": bound})
     monkeypatch.setattr(sd, "ScipDirect", fake)
-    monkeypatch.setattr(scip_mod, "QuietScip", fake, raising=False)
+    monkeypatch.setattr(bd, "QuietScip", fake)
     got, name = bd._scip_lower(None, 1.0)
     assert name == tc and got == want

@@ -16,7 +16,7 @@ from cefl_opt.generator import make_instance
 from cefl_opt.solvers import base
 from cefl_opt.solvers.options import (PD_CONSTANT_DOCS, PD_CONSTANT_FIELDS, DecentralizedOptions,
                                       FixedOptions, IpoptEnumOptions, MethodOptions, OptionError,
-                                      ScipOptions, UnknownOptionError, _split_optional,
+                                      ScipOptions, UnknownOptionError, split_optional,
                                       add_option_flags, add_setting_flags, build_options,
                                       cli_fields, file_fields, option, options_from_args,
                                       settable_fields)
@@ -39,7 +39,7 @@ def _typed_fields():
             if (cls, f.name) in seen:
                 continue
             seen.add((cls, f.name))
-            b, opt = _split_optional(hints[f.name])
+            b, opt = split_optional(hints[f.name])
             yield cls, f, typing.get_origin(b) or b, opt
 
 
@@ -206,7 +206,7 @@ def test_every_command_line_field_becomes_a_flag_that_sets_that_field():
     for meth, cls in CLASSES.items():
         hints = typing.get_type_hints(cls)
         for f in cli_fields(cls):
-            typ, _opt = _split_optional(hints[f.name])
+            typ, _opt = split_optional(hints[f.name])
             argv, want = _other_value(f, typing.get_origin(typ) or typ, f.metadata.get("choices"))
             opts = options_from_args(meth, cls, p.parse_args(argv), CLASSES.values())
             assert getattr(opts, f.name) == want, (meth, argv)
@@ -271,9 +271,9 @@ def test_base_imports_no_method_module_and_listing_loads_none():
             "'cefl_opt.solvers.decentralized', 'cefl_opt.solvers.scip'}))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after, last, runners = p.stdout.strip().splitlines()
-    assert before == "['cefl_opt.solvers.base']"
-    assert after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.options', "
-                     "'cefl_opt.solvers.plugins']")
+    assert before == after == ("['cefl_opt.solvers.base', 'cefl_opt.solvers.errors', "
+                               "'cefl_opt.solvers.isolation', 'cefl_opt.solvers.options', "
+                               "'cefl_opt.solvers.plugins']")
     assert last == "False True"
     assert runners == "[]"
 
@@ -361,7 +361,7 @@ def test_every_algorithm_option_can_be_set_by_name_with_set():
     for meth, cls in CLASSES.items():
         hints = typing.get_type_hints(cls)
         for f in settable_fields(cls):
-            typ, _opt = _split_optional(hints[f.name])
+            typ, _opt = split_optional(hints[f.name])
             text, want = _set_text(f, typing.get_origin(typ) or typ, getattr(cls(), f.name))
             for key in (f.name, f.name.replace("_", "-").lower()):   # either spelling
                 args = p.parse_args(["--set", f"{key}={text}"])
@@ -438,7 +438,7 @@ def test_list_options_prints_each_option_with_type_default_and_meaning(capsys):
         hints = typing.get_type_hints(cls)
         for f in file_fields(cls):
             line = next(ln for ln in out.splitlines() if ln.startswith(f"  {f.name} ("))
-            assert getattr(_split_optional(hints[f.name])[0], "__name__") in line
+            assert getattr(split_optional(hints[f.name])[0], "__name__") in line
             assert "default" in line
             assert f.metadata["doc"][:30] in out
         assert "  progress (" not in out

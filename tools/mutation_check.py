@@ -193,8 +193,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "ts = float(inst.Theta.min()) * float(inst.sigma.max())",
            "ML floor with the least Theta (valid, looser)", BOUND),
     # ---- scip (solvers/scip.py)
-    Mutant("M37", "solvers/scip.py", "lower = _finite(res.objective_bound)",
-           "lower = _finite(res.incumbent_objective)", "scip reports its incumbent as its bound",
+    Mutant("M37", "solvers/scip.py", "lower = finite(res.objective_bound)",
+           "lower = finite(res.incumbent_objective)", "scip reports its incumbent as its bound",
            SCIP),
     Mutant("M38", "solvers/scip.py", "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
            "PyoTC.maxTimeLimit: TerminationCondition.convergenceCriteriaSatisfied,",
@@ -270,7 +270,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if best_t is None or better(best_t, cand, viol_tol):",
            "a visit keeps its worst finished trial", AGG),
     # ---- the other methods' status mappings
-    Mutant("M57", "solvers/centralized.py",
+    Mutant("M57", "solvers/fixed_nlp.py",
            "PyoTC.maxTimeLimit: TerminationCondition.maxTimeLimit,",
            "PyoTC.maxTimeLimit: TerminationCondition.locallyOptimal,",
            "an Ipopt solve stopped by its time limit read as converged", SCIP),

@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
     except (InputError, ValueError, OSError) as e:
         if debug:
             raise
-        return _fail(_message(e), EXIT_BAD_INPUT)
+        return fail(_message(e), EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:
         logging.disable(logging.NOTSET)
         sys.unraisablehook = sys.__unraisablehook__
@@ -249,8 +249,8 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             raise
         from ..solvers.base import SolverError
         if isinstance(e, SolverError):
-            return _fail(_message(e), EXIT_NO_SOLUTION)
-        return _fail(f"internal error: {type(e).__name__}: {_message(e)} (set CEFL_OPT_DEBUG=1 "
+            return fail(_message(e), EXIT_NO_SOLUTION)
+        return fail(f"internal error: {type(e).__name__}: {_message(e)} (set CEFL_OPT_DEBUG=1 "
                      f"for the traceback)", EXIT_INTERNAL)
     finally:
         cefl_io.clear_interrupt()   # the note is this call's: the library is usable after it
@@ -344,7 +344,8 @@ def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
-def _fail(message: str, code: int) -> int:
+def fail(message: str, code: int) -> int:
+    """Say `message` as the command's one error line on stderr; returns the exit `code`."""
     _say(f"{PROG}: error: {message}")
     return code
 

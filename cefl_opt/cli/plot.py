@@ -81,7 +81,7 @@ def cmd_plot(args) -> int:
 
     from ..orchestration import cost_table, load_checked, round_summary
     from ..orchestration_plot import plot_costs, plot_orchestration, solution_labels
-    from ..plots import _plt
+    from ..plots import pyplot
 
     costs = Path(args.costs) if args.costs else costs_path(args.out)
     figure_format(args.out, "--out")
@@ -99,7 +99,7 @@ def cmd_plot(args) -> int:
         print(note, file=sys.stderr)
     _objectives(inst, sols, args.sols)
     labels = solution_labels(sols)
-    plt = _plt()
+    plt = pyplot()
     fig, _ = plot_orchestration(inst, sols, labels=labels, seed=args.layout_seed,
                                 thin=args.thin)
     items = [(args.out, figure_bytes(fig, args.out))]

@@ -17,7 +17,7 @@ from ..instance import Instance
 from ..io import check_distinct, check_writable, json_text, write_all_atomic, write_json_atomic
 import numpy as np
 
-from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, _fail
+from . import EXIT_INFEASIBLE_INSTANCE, EXIT_NO_SOLUTION, EXIT_OK, OptionError, fail
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +65,8 @@ def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
     now `--set NAME=VALUE`, kept for one release with a warning."""
     import typing
 
-    from ..solvers.options import (DecentralizedOptions, _split_optional, cli_fields,
-                                   settable_fields)
+    from ..solvers.options import (DecentralizedOptions, cli_fields, settable_fields,
+                                   split_optional)
     from . import deprecated
     hints = typing.get_type_hints(DecentralizedOptions)
     old = {"L_C": "--l-c", "L_max": "--L-max"}
@@ -76,7 +76,7 @@ def _add_deprecated_constant_flags(p: argparse.ArgumentParser) -> None:
             continue                      # a flag of its own, or not a PDConstants override
         flag = old.get(f.name, "--" + f.name.replace("_", "-"))
         use = f"--set {f.name}=VALUE"
-        if _split_optional(hints[f.name])[0] is bool:
+        if split_optional(hints[f.name])[0] is bool:
             for spelling, value in ((flag, "true"), ("--no-" + flag[2:], "false")):
                 deprecated(p, spelling, command="solve", use=f"--set {f.name}={value}",
                            dest="set_items", nargs=0,
@@ -134,7 +134,7 @@ def run_solve(args: argparse.Namespace) -> int:
         print(res.summary())
         if res.termination_condition == TerminationCondition.provenInfeasible:
             reasons = res.reasons
-            _fail(f"the instance is infeasible, no solution written to '{args.out}'"
+            fail(f"the instance is infeasible, no solution written to '{args.out}'"
                   + (f": {reasons[0]}" if reasons else ""), EXIT_INFEASIBLE_INSTANCE)
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
@@ -146,13 +146,13 @@ def run_solve(args: argparse.Namespace) -> int:
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
                                                            SolutionStatus.infeasible):
             why = res.message
-            return _fail(f"method '{args.method}' found no solution (status {res.status}"
+            return fail(f"method '{args.method}' found no solution (status {res.status}"
                          + (f": {why}" if why else "") + f"); nothing written to "
                          f"'{args.out}'", EXIT_NO_SOLUTION)
         bad = [k for k, v in {"objective": ev.objective, **ev.terms}.items()
                if not np.isfinite(v)]
         if bad:
-            return _fail(f"method '{args.method}' returned a point whose {bad[0]} is not "
+            return fail(f"method '{args.method}' returned a point whose {bad[0]} is not "
                          f"finite; nothing written to '{args.out}'", EXIT_NO_SOLUTION)
         res.solution.objective, res.solution.terms = ev.objective, ev.terms
         items = [(args.out, json_text(res.solution.to_dict(), args.out))]

@@ -65,9 +65,9 @@ def _targets(text: str) -> str:
 
 
 def _vartheta(text: str) -> str:
-    from .strategies import _check_vartheta
+    from .strategies import check_vartheta
     try:
-        _check_vartheta(text)
+        check_vartheta(text)
     except ValueError:
         raise ValueError(f"must be 'tau_eff' or a positive number, got {text!r}") from None
     return str(text)

@@ -145,7 +145,9 @@ def instance_vartheta(instance: Instance):
     return "tau_eff" if instance.vartheta_mode == "tau_eff" else float(instance.vartheta)
 
 
-def _check_vartheta(v):
+def check_vartheta(v):
+    """The weight rule vartheta as the strategies use it: "tau_eff" (also spelt "fednova") or a
+    finite number > 0; `InstanceError` naming the value otherwise."""
     if v in ("tau_eff", "fednova"):
         return "tau_eff"
     try:
@@ -166,7 +168,7 @@ class CEFL(Strategy):
         super().__init__(instance, solution)
         if solution is None:
             raise InstanceError("CE-FL training needs a solution (orchestration)")
-        self.vartheta = _check_vartheta(instance_vartheta(instance) if vartheta is None
+        self.vartheta = check_vartheta(instance_vartheta(instance) if vartheta is None
                                         else vartheta)
 
     def configure_round(self, t, ue_indices, rng):
@@ -203,7 +205,7 @@ class FedNova(Strategy):
             raise InstanceError(f"aggregator {aggregator} is not a DC index 0..{instance.S - 1}")
         self.aggregator = int(aggregator)
         # FedNova is defined by tau_eff; the instance's vartheta_mode concerns CE-FL (its bound)
-        self.vartheta = _check_vartheta("tau_eff" if vartheta is None else vartheta)
+        self.vartheta = check_vartheta("tau_eff" if vartheta is None else vartheta)
 
     def averaged_decision(self, t: int, sizes) -> RoundDecision:
         """The baseline's orchestration of round t: rho_nb = 0, every UE at the CE-FL round's
