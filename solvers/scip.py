@@ -31,7 +31,9 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
     the delay variables (and the row J <= U for `opts.incumbent`); the bound reported is then
     min(U, SCIP's dual bound), valid for P (`solvers.bound`), and SCIP finding no point proves
     min P >= U, not that P is infeasible. With no cutoff the delays have no box, and SCIP's
-    infeasibility is a proof."""
+    infeasibility is a proof. `opts.time_limit` bounds the whole method: SCIP gets what the
+    model's construction left of it."""
+    t0 = time.monotonic()
     bound, weights = opts.bound, opts.weights
     if not ScipDirect().available():
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
@@ -46,7 +48,7 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= top)
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, system.reference_solution(inst, within_capacity=True))
-    params = scip_params(opts.time_limit, opts.gap, opts.seed)
+    params = scip_params(_time_left(opts.time_limit, t0), opts.gap, opts.seed)
     if opts.threads > 1:
         params["parallel/maxnthreads"] = opts.threads
     params.update(opts.scip_options)
@@ -103,6 +105,12 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         info["violations"] = ev.violations[:10]
     return Results(method="scip", termination_condition=status, solution_status=sstat,
                    solution=sol, objective=ev.objective, bound=lower, gap=g, info=info)
+
+
+def _time_left(limit: float | None, t0: float) -> float | None:
+    """Seconds of `limit` left since `t0` (None: no limit); at least SCIP's smallest useful
+    limit, so that SCIP returns at once with what it has when the construction used it all."""
+    return None if limit is None else max(limit - (time.monotonic() - t0), 1e-3)
 
 
 #: where a cutoff came from, for the messages

@@ -7,6 +7,7 @@
 * Real runs: a run stopped by its time limit is `time_limit` with its bound strictly below its
   objective; a run that closes is `optimal` with its gap within the tolerance asked for.
 """
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +18,7 @@ from cefl_opt import system
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers import scip as scip_mod
 from cefl_opt.solvers.base import SolutionStatus, TerminationCondition, solve
+from cefl_opt.solvers.options import ScipOptions, build_options
 
 TC = TerminationCondition
 
@@ -213,3 +215,31 @@ def test_decentralized_maps_its_stop_reason_and_feasibility(monkeypatch, tiny1, 
     assert res.termination_condition == tc and res.solution_status == sstat
     assert res.objective == 1.5 and res.iterations == 4
     assert res.accounting.stop_reason == reason
+
+
+def test_scip_gets_what_the_models_construction_left_of_the_time_limit(monkeypatch, tiny1):
+    """The time limit bounds the whole method: a construction that takes 0.5 s leaves SCIP at
+    most the limit less 0.5 s, and a construction that takes it all leaves SCIP a token."""
+    seen = []
+
+    class Fake:
+        def __init__(self, bar=None, **kw):
+            pass
+
+        def solve(self, m, **kw):
+            seen.append(kw["solver_options"]["limits/time"])
+            loader = SimpleNamespace(get_number_of_solutions=lambda: 0, load_vars=None)
+            return SimpleNamespace(termination_condition=PyoTC.maxTimeLimit, objective_bound=None,
+                                   incumbent_objective=None, solution_loader=loader)
+    real_build = scip_mod.build_problem
+
+    def slow_build(*a, **kw):
+        time.sleep(0.5)
+        return real_build(*a, **kw)
+    monkeypatch.setattr(scip_mod, "_ProgressScip", Fake)
+    monkeypatch.setattr(scip_mod, "build_problem", slow_build)
+    for limit in (30.0, 0.2):
+        res = scip_mod.solve_scip(tiny1, build_options(ScipOptions, {"time_limit": limit}))
+        assert res.termination_condition == TC.maxTimeLimit
+    assert 0 < seen[0] <= 30.0 - 0.5
+    assert seen[1] == 1e-3
