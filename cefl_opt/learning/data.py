@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
 import pickle
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from ..instance import InstanceError
+from ..io import InputError, read_input
 
 DATASETS = ("fmnist", "mnist5k", "digits", "cifar10")
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -44,18 +47,26 @@ class DataUnavailable(InstanceError):
     it. Subclass of InstanceError so the main CLI turns it into exit status 2."""
 
 
+def _data_bytes(p: Path, what: str) -> bytes:
+    """The bytes of the data set file `p` through the one input opener (`io.read_input`: a
+    regular file within the size limit, never a FIFO or a device); DataUnavailable naming it
+    otherwise."""
+    try:
+        return read_input(p, what=what)
+    except InputError as e:
+        raise DataUnavailable(str(e)) from None
+
+
 # ---- idx (MNIST / Fashion-MNIST) ----------------------------------------------------------
 def read_idx(path: str | Path) -> np.ndarray:
     """Read an idx file (optionally gzipped): uint8 data, magic 0x0000 08 <ndim>."""
     p = Path(path)
-    if not p.is_file():
-        raise DataUnavailable(f"data file '{p}' does not exist")
-    opener = gzip.open if p.suffix == ".gz" else open
-    try:
-        with opener(p, "rb") as fh:
-            raw = fh.read()
-    except (OSError, EOFError) as e:
-        raise DataUnavailable(f"data file '{p}' cannot be read: {e}") from None
+    raw = _data_bytes(p, "data")
+    if p.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataUnavailable(f"data file '{p}' cannot be read: {e}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise DataUnavailable(f"data file '{p}' is not an unsigned-byte idx file")
     ndim = raw[3]
@@ -129,11 +140,9 @@ def load_digits_data(*, seed: int = 0, test_fraction: float = 0.2, normalize: bo
 
 # ---- CIFAR-10 --------------------------------------------------------------------------------
 def _read_cifar_batch(path: Path):
-    if not path.is_file():
-        raise DataUnavailable(f"CIFAR-10 batch file '{path}' does not exist")
+    raw = _data_bytes(path, "CIFAR-10 batch")
     try:
-        with open(path, "rb") as fh:
-            d = pickle.load(fh, encoding="bytes")
+        d = pickle.load(io.BytesIO(raw), encoding="bytes")
     except (OSError, EOFError, pickle.UnpicklingError, ValueError) as e:
         raise DataUnavailable(f"CIFAR-10 batch file '{path}' is not a readable pickle: {e}") from None
     if not isinstance(d, dict):
