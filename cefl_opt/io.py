@@ -57,6 +57,11 @@ SEED_MAX = 2 ** 32 - 1
 THREADS_MAX = 1024
 
 
+def range_end(x: float) -> str:
+    """A range end in a message: integers exactly (4294967295, not 4.29497e+09)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 class InputError(ValueError):
     """Bad user input; the message names the field or option and the offending value."""
 

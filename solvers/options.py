@@ -33,6 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from cefl_opt.io import range_end as _num
 from cefl_opt.system import BOUND_FORMS, weights_problem
 
 from .errors import OptionError  # noqa: F401  (re-exported: `solvers.options.OptionError`)
@@ -91,11 +92,6 @@ def _bounded(chk: Check, lo: float, hi: float | None, lo_open: bool, hi_open: bo
     no upper end (the tests walk every option's ends from it)."""
     chk.bounds = (lo, hi, lo_open, hi_open)
     return chk
-
-
-def _num(x: float) -> str:
-    """`x` as a range end in a message: integers exactly (2147483647, not 2.14748e+09)."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 def at_least(lo: float) -> Check:

@@ -48,7 +48,7 @@ import warnings
 from typing import Callable, Sequence
 
 from .. import io as cefl_io
-from ..io import SEED_MAX, THREADS_MAX, InputError
+from ..io import SEED_MAX, THREADS_MAX, InputError, range_end as _num
 
 PROG = "cefl-opt"
 EXIT_OK, EXIT_INFEASIBLE_SOLUTION, EXIT_BAD_INPUT = 0, 1, 2
@@ -93,11 +93,6 @@ def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = 
         return v
     parse.__name__ = "number"
     return parse
-
-
-def _num(x: float) -> str:
-    """A range end in a message: integers exactly (4294967295, not 4.29497e+09)."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 POSITIVE = number(lo=0, lo_open=True)
