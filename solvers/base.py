@@ -75,6 +75,8 @@ class Results:
         message: why the method found no solution, where it says.
         rank: the MPI process; only process 0 holds the solution.
         accounting: the decentralised methods' message and iteration counts.
+        report: what a method that proves a bound proved, as the JSON its `--out` holds
+            (`decomposed-bound`: format cefl-bound/1), or None.
         info: the method's full record, kept in the solution file for people to read; no code
             depends on its keys.
     """
@@ -92,6 +94,7 @@ class Results:
     message: str | None = None
     rank: int = 0
     accounting: DecentralizedAccounting | None = None
+    report: dict[str, Any] | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -345,7 +345,7 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
     (its objective - bound) / its objective); the bound gets the time left. The status is
     optimal when SCIP closed every round subproblem (the bound is then all the decomposition
     can give), time limit otherwise, infeasible when, with no cutoff, no round has a point.
-    `info["report"]` is what was proven (`bound_report`)."""
+    `report` is what was proven (`bound_report`)."""
     import time
 
     if opts.bound != "corollary" or inst.vartheta_mode != "constant":
@@ -364,12 +364,12 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
                           progress=opts.progress)
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
     info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
-                 "incumbent": inc, "report": bound_report(inst, db, inc, gap, opts,
-                                           wall_s=time.monotonic() - t0)})
+                 "incumbent": inc})
+    report = bound_report(inst, db, inc, gap, opts, wall_s=time.monotonic() - t0)
     if math.isinf(db.bound):
         return Results(method="decomposed-bound",
                        termination_condition=TerminationCondition.provenInfeasible,
-                       solution_status=SolutionStatus.noSolution, info=info,
+                       solution_status=SolutionStatus.noSolution, info=info, report=report,
                        reasons=["with every aggregator, some round has no point (SCIP, with no "
                                 "cutoff)"])
     tc = TerminationCondition.convergenceCriteriaSatisfied if db.closed \
@@ -378,6 +378,7 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
                    solution_status=SolutionStatus.feasible if sol is not None
                    else SolutionStatus.noSolution, solution=sol,
                    objective=None if sol is None else inc, bound=db.bound, gap=gap, info=info,
+                   report=report,
                    message=None if sol is not None else "a bound only: no solution is reported")
 
 

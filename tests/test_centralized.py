@@ -76,7 +76,7 @@ def test_ipopt_enum_tries_every_constant_schedule(monkeypatch):
         starts.append(tuple(int(s) for s in aggs))
         return real(inst_, aggs, *a, **kw)
     monkeypatch.setattr(centralized, "decisions_for", spy)
-    res = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False)
+    res = solve(inst, "ipopt-enum", starts=1, seed_decentralized=False, workers=1)  # the spy
     assert res.solution is not None
     S, T = inst.S, inst.T
     assert len(starts) == S + 2                                 # S constants, 2 greedy rules

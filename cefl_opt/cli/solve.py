@@ -139,8 +139,8 @@ def run_solve(args: argparse.Namespace) -> int:
             for why in reasons[1:]:
                 print(f"  infeasible: {why}", file=sys.stderr)
             return EXIT_INFEASIBLE_INSTANCE
-        if "report" in res.info:           # a bound's proof (decomposed-bound), not a solution
-            write_json_atomic(args.out, res.info["report"])
+        if res.report is not None:         # a bound's proof (decomposed-bound), not a solution
+            write_json_atomic(args.out, res.report)
             print(f"wrote {args.out}: bound {res.bound:.8g}")
             return EXIT_OK
         if res.solution is None or res.solution_status in (SolutionStatus.noSolution,
