@@ -5,9 +5,7 @@ input raises :class:`cefl_opt.io.InputError` (exit status 2); ``train --engine f
 """
 from __future__ import annotations
 
-import math
 import sys
-from pathlib import Path
 
 from ..instance import Instance
 from ..io import check_distinct, check_writable, json_text, write_all_atomic
