@@ -354,3 +354,53 @@ def test_the_method_ends_with_its_defaults_on_a_tiny_instance_that_made_scip_pri
     p, out = _bound_cli(tmp_path, net)
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["wall_s"] <= 600 * 1.1
+
+
+# ------------------------------------------- "infeasible" only without a cutoff we added
+def _every_round_without_a_point(monkeypatch, cap):
+    """SCIP answers "no point" on every round subproblem; the cutoff is `cap` (None: none)."""
+    from cefl_opt.solvers import bound
+    monkeypatch.setattr(bound, "_scip_lower", lambda m, t, seed=0: (np.inf, "provenInfeasible"))
+    monkeypatch.setattr(bound, "cap_objective", lambda inst, inc=None, weights=None:
+                        (cap, None if cap is None else "incumbent"))
+    monkeypatch.setattr(bound, "_incumbent", lambda inst, w, s: (None, None))
+
+
+def test_no_round_point_without_a_cutoff_is_proven_infeasible(monkeypatch):
+    _every_round_without_a_point(monkeypatch, None)
+    inst = make_instance("tiny", ues=2, bss=2, dcs=2, rounds=2, seed=5)
+    res = solve(inst, "decomposed-bound", time_limit=5)
+    assert res.termination_condition == TerminationCondition.provenInfeasible
+    assert res.solution is None and res.bound is None
+    assert res.report["bound"] is None and res.report["cutoff"] is None
+    assert all(r["scip_status"] == ["provenInfeasible"] * 2 for r in res.report["rounds"])
+
+
+def test_no_round_point_under_a_cutoff_proves_only_the_cutoff(monkeypatch):
+    # under a cap U, "no point" means min P >= U, never "P is infeasible"
+    _every_round_without_a_point(monkeypatch, 2.5)
+    inst = make_instance("tiny", ues=2, bss=2, dcs=2, rounds=2, seed=5)
+    res = solve(inst, "decomposed-bound", time_limit=5)
+    assert res.termination_condition != TerminationCondition.provenInfeasible
+    assert res.bound == 2.5 and res.report["cutoff"] == 2.5
+
+
+def test_cli_exits_3_and_writes_nothing_when_the_bound_proves_infeasibility(tmp_path):
+    net = tmp_path / "net.json"
+    make_instance("tiny", ues=2, bss=2, dcs=2, rounds=2, seed=5).save(net)
+    out = tmp_path / "bound.json"
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        from cefl_opt.solvers import bound
+        bound._scip_lower = lambda m, t, seed=0: (np.inf, "provenInfeasible")
+        bound.cap_objective = lambda inst, inc=None, weights=None: (None, None)
+        bound._incumbent = lambda inst, w, s: (None, None)
+        from cefl_opt.cli import main
+        sys.exit(main(["solve", {str(net)!r}, "--method", "decomposed-bound",
+                       "--time-limit", "5", "--out", {str(out)!r}]))
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert "infeasible" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == [net]
