@@ -4,6 +4,7 @@ number trustworthy checked on each.
 
     python -m benchmarks.campaign [--instances 1000] [--profile bench] [--seed 0]
                                   [--out-dir results/campaign]
+    python -m benchmarks.campaign --report A/campaign.csv [B/campaign.csv ...]
 
 Writes `campaign.csv` (one row per instance x method), `summary.md` (per regime) and, for every
 instance on which an invariant fails, its JSON under `failures/` (`make campaign`).
@@ -446,6 +447,18 @@ def summary_tables(df) -> dict[str, Any]:
     return {"per_regime": per, "gap": pd.concat([dist, allg]), "wall": wall}
 
 
+def combine(frames) -> Any:
+    """One campaign table from shards (runs with different hypothesis `--seed`s, e.g. one per
+    core): instance numbers become "shard:k" so that no two shards' instances merge."""
+    import pandas as pd
+    parts = []
+    for i, df in enumerate(frames):
+        df = df.copy()
+        df["instance"] = [f"{i}:{k}" for k in df["instance"]]
+        parts.append(df)
+    return pd.concat(parts, ignore_index=True)
+
+
 def report(df) -> str:
     """The campaign's tables as markdown (docs/results/campaign.md)."""
     t = summary_tables(df)
@@ -487,10 +500,12 @@ def main(argv=None) -> int:
     ap.add_argument("--hang-s", type=float, default=60.0,
                     help="a run past its time limit + this is killed and counted (s)")
     ap.add_argument("--out-dir", default="results/campaign")
-    ap.add_argument("--report", metavar="CSV", help="only print the tables of a campaign CSV")
+    ap.add_argument("--report", metavar="CSV", nargs="+",
+                    help="only print the tables of campaign CSVs (several: shards run with "
+                         "different --seed, reported together)")
     args = ap.parse_args(argv)
     if args.report:
-        print(report(pd.read_csv(args.report)))
+        print(report(combine(pd.read_csv(f) for f in args.report)))
         return 0
     out = Path(args.out_dir)
     methods = profile(args.profile, args.time_limit)

@@ -255,3 +255,6 @@ def test_summary_counts_instances_violations_and_gaps_by_hand():
     assert gap["count"] == 2
     assert gap["max"] == pytest.approx(0.2) and gap["min"] == pytest.approx(-0.25)
     assert "| a " in cp.report(df)
+    # two shards of the same rows: twice the instances, none merged across shards
+    both = cp.summary_tables(cp.combine([df, df]))["per_regime"]
+    assert both.loc["all", "instances"] == 6 and both.loc["all", "bound"] == 2
