@@ -52,8 +52,8 @@ campaign: install
 	mkdir -p results/campaign/s1
 	$(VPY) -m benchmarks.campaign --instances 500 --seed 1 --out-dir results/campaign/s1 \
 		2> results/campaign/s1/progress.log & s1=$$!; \
-	$(VPY) -m benchmarks.campaign --instances 500 --seed 0 --out-dir results/campaign/s0 \
-		&& wait $$s1
+	$(VPY) -m benchmarks.campaign --instances 500 --seed 0 --out-dir results/campaign/s0; \
+		r=$$?; wait $$s1 && exit $$r
 	$(VPY) -m benchmarks.campaign --report results/campaign/s0/campaign.csv \
 		results/campaign/s1/campaign.csv > results/campaign/summary.md
 
