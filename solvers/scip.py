@@ -39,6 +39,8 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         raise SolverError("SCIP is not available: `pip install pyscipopt` (make install) is needed "
                           "for --method scip")
     top, source = cap_objective(inst, opts.incumbent, bound=bound, weights=weights)
+    if _out_of_time(opts.time_limit, t0):
+        return _not_run(top, source)
     xi2 = (weights or {}).get("xi2", inst.xi2)
     cap = top / xi2 if top is not None and xi2 > 0 else None
     m = build_problem(inst, binaries="binary", bound=bound, weights=weights, copies=False,
@@ -48,6 +50,8 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         m.cutoff_row = pyo.Constraint(expr=m.obj.expr <= top)
     if opts.warm:  # the reference orchestration as a starting point for SCIP's heuristics
         load_solution(m, system.reference_solution(inst, within_capacity=True))
+    if _out_of_time(opts.time_limit, t0):
+        return _not_run(top, source)
     params = scip_params(_time_left(opts.time_limit, t0), opts.gap, opts.seed)
     if opts.threads > 1:
         params["parallel/maxnthreads"] = opts.threads
@@ -105,6 +109,19 @@ def solve_scip(inst: Instance, opts: ScipOptions) -> Results:
         info["violations"] = ev.violations[:10]
     return Results(method="scip", termination_condition=status, solution_status=sstat,
                    solution=sol, objective=ev.objective, bound=lower, gap=g, info=info)
+
+
+def _out_of_time(limit: float | None, t0: float) -> bool:
+    """Whether the whole method's `limit` (s, None: none) has passed since `t0`."""
+    return limit is not None and time.monotonic() - t0 >= limit
+
+
+def _not_run(top: float | None, source: str | None) -> Results:
+    """`scip`'s answer when its time limit ends before SCIP starts: no point, no bound."""
+    return Results(method="scip", termination_condition=TerminationCondition.maxTimeLimit,
+                   solution_status=SolutionStatus.noSolution,
+                   info={"scip_termination": None, "cutoff": top, "cutoff_source": source},
+                   message="the time limit ended while the model was built: SCIP did not run")
 
 
 def _time_left(limit: float | None, t0: float) -> float | None:

@@ -219,7 +219,8 @@ def test_decentralized_maps_its_stop_reason_and_feasibility(monkeypatch, tiny1, 
 
 def test_scip_gets_what_the_models_construction_left_of_the_time_limit(monkeypatch, tiny1):
     """The time limit bounds the whole method: a construction that takes 0.5 s leaves SCIP at
-    most the limit less 0.5 s, and a construction that takes it all leaves SCIP a token."""
+    most the limit less 0.5 s, and a construction that takes it all leaves SCIP nothing (it
+    does not start)."""
     seen = []
 
     class Fake:
@@ -242,4 +243,29 @@ def test_scip_gets_what_the_models_construction_left_of_the_time_limit(monkeypat
         res = scip_mod.solve_scip(tiny1, build_options(ScipOptions, {"time_limit": limit}))
         assert res.termination_condition == TC.maxTimeLimit
     assert 0 < seen[0] <= 30.0 - 0.5
-    assert seen[1] == 1e-3
+    assert len(seen) == 1 and "SCIP did not run" in res.message
+
+
+@pytest.mark.parametrize("slow_step", ["cap_objective", "build_problem"])
+def test_scip_whose_time_ends_while_the_model_is_built_stops_without_running(tiny1, monkeypatch,
+                                                                               slow_step):
+    # the time limit bounds the whole method: once construction has used it, SCIP never starts
+    from cefl_opt.solvers import scip
+    real = getattr(scip, slow_step)
+
+    def slow(*a, **k):
+        time.sleep(0.6)
+        return real(*a, **k)
+    monkeypatch.setattr(scip, slow_step, slow)
+    monkeypatch.setattr(scip, "ScipDirect", _refuse_to_solve(scip.ScipDirect))
+    res = solve(tiny1, "scip", time_limit=0.5)
+    assert res.termination_condition == TerminationCondition.maxTimeLimit
+    assert res.solution is None and res.bound is None
+    assert "SCIP did not run" in res.message
+
+
+def _refuse_to_solve(cls):
+    class NoSolve(cls):
+        def solve(self, *a, **k):
+            raise AssertionError("SCIP ran after its time limit")
+    return NoSolve
