@@ -149,7 +149,13 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
     dA_t, dR_t <= cap. The objective is nondecreasing in every gamma_i and m_i (dP and EP grow
     with gamma m, and the delay rows only loosen when they fall), so gamma = gamma_min and
     m = mu attain its minimum and are fixed; the bound's rows (m_min, g_max epigraphs, the
-    step-size row) are dropped, which only relaxes. The aggregator cuts are added."""
+    step-size row) are dropped, which only relaxes. The aggregator cuts are added.
+
+    Each DC's speed z_s is raised to at least `dc_speed_floor` (`const: Data Center data
+    capacity 2 1 main`): z_s enters only the DC's processing delay dP_s, which falls as z_s
+    grows, and its energy EP_s = gamma m D_s Pbar (rho_idle z_s / C^2 + (1 - rho_idle) / z_s),
+    which falls up to that speed; so raising z_s to it keeps a point feasible and its objective
+    no higher, and some minimiser lies above it."""
     r = round_instance(inst, t)
     m = build_problem(r, binaries="binary", bound="corollary", weights=weights, copies=False,
                       delay_cap=cap)
@@ -158,6 +164,9 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
         for k in m.T:
             blk.gamma[k].fix(r.gamma_min)
             blk.m[k].fix(mu)
+    zlo = dc_speed_floor(r)
+    for blk in m.dc.values():
+        blk.z[0].setlb(max(float(blk.z[0].lb), zlo))
     own = m.dc[0]
     own.coupling.step.deactivate()
     for blk in list(m.ue.values()) + list(m.dc.values()):
@@ -172,6 +181,14 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
     xi3 = m._weights["xi3"]
     m.round_obj = pyo.Objective(expr=a * (own.dA[0] + own.dR[0]) + xi3 * m.energy_term)
     return m
+
+
+def dc_speed_floor(inst: Instance) -> float:
+    """z / C from which a DC's processing energy per data point, Pbar (rho_idle z / C^2 +
+    (1 - rho_idle) / z), stops falling: sqrt((1 - rho_idle) / rho_idle), at most 1 (z <= C);
+    1 when rho_idle <= 1/2 (`round_model`)."""
+    rho = float(inst.rho_idle)
+    return min(1.0, math.sqrt((1.0 - rho) / rho))
 
 
 def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
@@ -207,6 +224,9 @@ def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
 CLOSED = ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
 #: the status of a subproblem that the time limit left no time for (its floor: the cuts)
 NOT_RUN = "notRun"
+#: the status of a subproblem above the first level that the least over the aggregators did
+#: not need (its floor: the levels' below)
+NOT_NEEDED = "notNeeded"
 #: the least time worth giving SCIP for one subproblem (s); with less left, the cuts only
 MIN_SHARE = 0.05
 #: the part of each share that SCIP gets; the rest covers loading the model into SCIP
@@ -248,24 +268,45 @@ class DecomposedBound:
 
 
 class _Rounds:
-    """The round subproblems of `decomposed_bound` under one deadline: each gets an equal share
-    of the time left over the subproblems still to run (`left`), and keeps the cuts' floor
-    `cut[t][k]` when SCIP proves less or no time is left."""
+    """The round subproblems of `decomposed_bound` under one deadline. Each keeps the cuts'
+    floor `cut[t][k]` (or a lower level's) where SCIP proves less or no time is left."""
 
     def __init__(self, inst: Instance, weights, seed: int, deadline: float, a, caps, cut, bar):
         self.inst, self.weights, self.seed, self.deadline = inst, weights, seed, deadline
         self.a, self.caps, self.cut, self.bar = a, caps, cut, bar
         self.models: dict = {}
 
-    def level(self, mu: float, reserve: int) -> Level:
-        """Every round subproblem with m = mu, `reserve` more subproblems to come after."""
+    def first(self, mu: float, reserve: int) -> Level:
+        """Every round subproblem with m = mu, each with an equal share of the time left over
+        the subproblems still to run and `reserve` more to come after."""
         T, S = self.inst.T, self.inst.S
         lv = Level(mu, [row[:] for row in self.cut], [[NOT_RUN] * S for _ in range(T)])
         jobs = [(t, k) for t in range(T) for k in range(S)]
         for i, (t, k) in enumerate(jobs):
-            self.run(lv, t, k, len(jobs) - i + reserve)
-            if self.bar is not None:
-                self.bar.update(1)
+            self.run(lv, t, k, (self.deadline - _now()) / (len(jobs) - i + reserve))
+            self._tick()
+        return lv
+
+    def above(self, mu: float, below: list[list[float]], reserve: int) -> Level:
+        """The level at mu over the greatest floors `below` of the levels under it: each round
+        gets an equal share of the time left over the rounds still to run and `reserve` more;
+        its aggregators go in the order of their floors and stop at the first whose floor is
+        at least the least that this level proved: the least over k cannot change then. The
+        others keep their floors (status `NOT_NEEDED`)."""
+        T, S = self.inst.T, self.inst.S
+        lv = Level(mu, [row[:] for row in below], [[NOT_NEEDED] * S for _ in range(T)])
+        for t in range(T):
+            end = _now() + (self.deadline - _now()) / (T - t + reserve)
+            order = sorted(range(S), key=lambda k: below[t][k])
+            least = math.inf
+            for i, k in enumerate(order):
+                n = sum(1 for j in order[i:] if below[t][j] < least)
+                if n == 0:
+                    break
+                lv.status[t][k] = NOT_RUN
+                self.run(lv, t, k, (end - _now()) / n)
+                least = min(least, lv.floors[t][k])
+            self._tick()
         return lv
 
     def rerun(self, levels: list[Level]) -> None:
@@ -273,20 +314,30 @@ class _Rounds:
         todo = [(lv, t, k) for lv in levels for t, row in enumerate(lv.status)
                 for k, st in enumerate(row) if st == "maxTimeLimit"]
         for i, (lv, t, k) in enumerate(todo):
-            self.run(lv, t, k, len(todo) - i)
+            self.run(lv, t, k, (self.deadline - _now()) / (len(todo) - i))
 
-    def run(self, lv: Level, t: int, k: int, left: int) -> None:
-        import time
-        if self.deadline - time.monotonic() < MIN_SHARE:
+    def run(self, lv: Level, t: int, k: int, share: float) -> None:
+        """SCIP on round t with aggregator k at level lv for `SCIP_PART` of `share` seconds,
+        when that is at least `MIN_SHARE`; the floor is raised to its bound."""
+        if self.deadline - _now() < MIN_SHARE:
             return
         key = (lv.mu, t, k)
         if key not in self.models:
             self.models[key] = round_model(self.inst, t, self.a[t], lv.mu, cap=self.caps[t],
                                            weights=self.weights, aggregator=k)
-        share = SCIP_PART * (self.deadline - time.monotonic()) / left
+        share = SCIP_PART * min(share, self.deadline - _now())
         if share >= MIN_SHARE:
             lo, lv.status[t][k] = _scip_lower(self.models[key], share, self.seed)
             lv.floors[t][k] = lv.floors[t][k] if lo is None else max(lo, lv.floors[t][k])
+
+    def _tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+
+def _now() -> float:
+    import time
+    return time.monotonic()
 
 
 def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
@@ -342,14 +393,15 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     caps = [(top - float(F.min())) / a[t] if top is not None and a[t] > 0 else None
             for t in range(T)]
     cut = [[a[t] * float(LA[t, k] + LR[t, k]) for k in range(S)] for t in range(T)]
-    bar = _bar(progress, (1 + m_levels) * T * S)
+    bar = _bar(progress, T * S + m_levels * T)
     rounds = _Rounds(inst, weights, seed, t0 + time_limit, a, caps, cut, bar)
-    levels = [rounds.level(inst.m_floor, m_levels * T * S)]
+    levels = [rounds.first(inst.m_floor, m_levels * T)]
     for r in range(m_levels):
         mu = _next_level(inst, weights, levels, top)
         if mu is None:
             break
-        levels.append(rounds.level(mu, (m_levels - 1 - r) * T * S))
+        below = np.max([lv.floors for lv in levels if lv.mu < mu], axis=0).tolist()
+        levels.append(rounds.above(mu, below, (m_levels - 1 - r) * T))
     rounds.rerun(levels)
     if bar is not None:
         bar.close()
@@ -360,8 +412,8 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     return DecomposedBound(bound=b, ml=float(ml[j]), rounds=levels[0].floors,
                            status=levels[0].status, cutoff=top, cutoff_source=source,
                            wall_s=time.monotonic() - t0,
-                           closed=all(s in CLOSED for lv in levels for row in lv.status
-                                      for s in row),
+                           closed=all(s in CLOSED + (NOT_NEEDED,) for lv in levels
+                                      for row in lv.status for s in row),
                            cells=[float(x) for x in total], cell_edges=[float(x) for x in g],
                            levels=levels, m_cell=cell[j])
 
