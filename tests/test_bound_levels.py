@@ -196,3 +196,91 @@ def test_the_bound_with_levels_is_below_the_campaigns_stored_point():
     for inc in (None, ev.objective):
         r = bd.decomposed_bound(inst, 5, incumbent=inc, m_levels=2)
         assert 0 < r.bound <= ev.objective * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("rho, want", [(0.4, 1.0), (0.5, 1.0), (0.8, 0.5), (0.9, 1 / 3)])
+def test_the_dc_speed_floor_by_hand_and_raising_z_to_it_lowers_the_objective(tiny, rho, want):
+    inst = Instance.from_dict({**tiny.to_dict(), "rho_idle": rho})
+    assert bd.dc_speed_floor(inst) == pytest.approx(want, rel=1e-12)
+    # a feasible point with every DC slower than the floor: raising z to it keeps it
+    # feasible and lowers the objective; going past it (rho > 1/2) raises it again
+    sol = solve(inst, "fixed", aggregator=0).solution
+    objs = []
+    for frac in (0.5 * want, want, min(1.0, 1.5 * want)):
+        s = copy.deepcopy(sol)
+        for r in s.rounds:
+            r.z[:] = frac * inst.C
+        ev = system.evaluate(inst, s)
+        assert ev.feasible
+        objs.append(ev.objective)
+    assert objs[1] < objs[0]
+    assert objs[2] > objs[1] if want < 1 / 1.5 else objs[2] == objs[1]
+
+
+def _consensus_dual(inst, levels, nu):
+    """The Lagrangian dual of m_min = mu_t (each round's copy of m_min) with multipliers
+    nu >= 0, on the same floors: min over cells c of gbar of [min over m-cells j of F(c, m_min
+    <= hi_j) + sum_t nu_t lo_j] + sum_t min over (j, k) of [floor_j[t][k] + rise_ctk
+    - nu_t hi_j]."""
+    levels = sorted(levels, key=lambda lv: lv.mu)
+    his = [lv.mu for lv in levels[1:]] + [1.0]
+    LA, LR = bd.delay_floors(inst)
+    eff, effs = None, []
+    for lv in levels:
+        eff = np.array(lv.floors) if eff is None else np.maximum(eff, lv.floors)
+        effs.append(eff)
+    Fs = [bd.ml_floor(inst, m_hi=h)[0] for h in his]
+    c0 = bd.ml_floor(inst)[1]
+    drift = np.array([float(inst.Delta[t].sum()) for t in range(inst.T)])
+    best = math.inf
+    for c in range(len(c0)):
+        ml = min(Fs[j][c] + sum(nu) * levels[j].mu for j in range(len(levels)))
+        rounds = sum(min(effs[j][t][k] + (c0[c] - c0[0]) * drift[t] * (LA[t, k] + LR[t, k])
+                         - nu[t] * his[j] for j in range(len(levels)) for k in range(inst.S))
+                     for t in range(inst.T))
+        best = min(best, ml + rounds)
+    return best
+
+
+def test_the_consensus_dual_at_any_multipliers_lies_below_the_partition(monkeypatch, tiny):
+    # weak duality on the same floors: the dual at zero is the single cell's bound, and at
+    # random multipliers (seeded) never above the partition, which is what the method reports
+    _fake_levels(monkeypatch, _rising(tiny))
+    db = bd.decomposed_bound(tiny, 60.0, m_levels=2)
+    one = bd.decomposed_bound(tiny, 60.0, m_levels=0)
+    assert _consensus_dual(tiny, db.levels, [0.0] * tiny.T) == pytest.approx(one.bound,
+                                                                             rel=1e-12)
+    rng = np.random.default_rng(20)
+    duals = [_consensus_dual(tiny, db.levels, rng.uniform(0, 2, tiny.T)) for _ in range(5)]
+    assert max(duals) <= db.bound * (1 + 1e-12)
+
+
+@pytest.mark.xdist_group("enumerated-tiny")
+def test_the_consensus_dual_lies_below_every_feasible_point(enumerated):
+    inst, (best, sol, _count) = enumerated("tiny", seed=0)
+    db = bd.decomposed_bound(inst, 10, incumbent=best, m_levels=1)
+    points = [sol] + [solve(inst, "fixed", aggregator=k).solution for k in range(inst.S)]
+    objs = [system.evaluate(inst, p).objective for p in points]
+    rng = np.random.default_rng(21)
+    for nu in [np.zeros(inst.T)] + [rng.uniform(0, 1, inst.T) for _ in range(4)]:
+        assert _consensus_dual(inst, db.levels, nu) <= min(objs) * (1 + 1e-6)
+    assert db.bound <= min(objs) * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("value, ok", [(0, True), (20, True), (-1, False), (21, False),
+                                       (2.5, False)])
+def test_m_levels_is_checked_at_both_ends(value, ok):
+    from cefl_opt.solvers.options import BoundOptions, OptionError
+    if ok:
+        assert BoundOptions(m_levels=value).m_levels == value
+    else:
+        with pytest.raises(OptionError, match=r"option 'm_levels'"):
+            BoundOptions(m_levels=value)
+
+
+def test_m_levels_is_listed_under_search(capsys):
+    from cefl_opt.cli import main
+    assert main(["solve", "x.json", "--method", "decomposed-bound", "--out", "y.json",
+                 "--list-options"]) == 0
+    out = capsys.readouterr().out
+    assert "m_levels" in out and out.index("search") < out.index("m_levels")
