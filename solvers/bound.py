@@ -6,6 +6,24 @@ that is valid). The method `scip` (its option `incumbent`) gives SCIP's dual bou
 whole binary model. Both use the cuts that every feasible point satisfies and an objective
 cutoff, valid as below.
 
+The rows that couple the rounds (eq:convSpecial and Theorem 1's step-size row, corollary form):
+
+* gbar = d sum_t sum_i p_ti gamma_ti, read by the ML term's init, drift, noise, local and
+  hetero parts and by the step-size row;
+* m_min <= m_ti for every DPU i and round t (`m_min_epi`), read by the noise and local parts;
+* g_max >= gamma_ti (`g_max_epi`), read by the local and hetero parts and the step-size row;
+* the step-size row 4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T;
+* the drift part xi1 c0(gbar) sum_t tau_t Delta_t, a product of gbar and every round's delay.
+
+How `decomposed_bound` relaxes them: the ML part takes gbar per cell, g_max at its least
+(max(gamma_min, gbar / (d T))) and m_min at most the top of its cell of m_min (`ml_floor`);
+the step-size row is dropped. The rounds see none of them: gamma_ti = gamma_min (the rounds'
+objective grows with gamma), so the gbar and g_max coupling is dropped whole; m_ti = the bottom
+of the cell of m_min (the same argument), so the m_min coupling is kept to within one cell
+(`m_levels` cells; with none, m_ti = m_floor against m_min <= 1 in the ML part, the whole
+coupling dropped); the drift's factor is c0 at the cell's least gbar, its excess over the
+least cell's bounded by the aggregator cuts (`_cells`).
+
 Why the bound is valid:
 
 * The aggregator cuts (`add_bound_cuts`) hold at every feasible point of P, so P's feasible set
