@@ -441,11 +441,10 @@ def _partition(inst: Instance, weights, levels: list[Level], tau_lo: np.ndarray)
     to 1) of `_cells` with F for m_min <= mu_j+1 and level j's floors, each raised to the
     greatest floor of the levels below it (a floor at m_i >= mu holds at every higher mu); the
     F of that least cell; and that cell (`decomposed_bound`)."""
-    order = sorted(levels, key=lambda lv: lv.mu)
+    order, raised = _raised(levels)
     tops = [lv.mu for lv in order[1:]] + [1.0]
-    eff = best = ml = cell = None
-    for lv, hi in zip(order, tops):
-        eff = np.array(lv.floors) if eff is None else np.maximum(eff, lv.floors)
+    best = ml = cell = None
+    for lv, hi, eff in zip(order, tops, raised):
         F, c0 = ml_floor(inst, weights, m_hi=hi)
         tot = _cells(inst, F, c0, eff, tau_lo)
         if best is None:
@@ -455,6 +454,13 @@ def _partition(inst: Instance, weights, levels: list[Level], tau_lo: np.ndarray)
         best, ml = np.where(won, tot, best), np.where(won, F, ml)
         cell = [(lv.mu, hi) if x else c for x, c in zip(won, cell)]
     return best, ml, cell
+
+
+def _raised(levels: list[Level]) -> tuple[list[Level], np.ndarray]:
+    """The levels in the order of mu, and their floors [level, t, k], each raised to the
+    greatest of the levels at or below it (a floor at m_i >= mu holds at every higher mu)."""
+    order = sorted(levels, key=lambda lv: lv.mu)
+    return order, np.maximum.accumulate(np.array([lv.floors for lv in order], float), axis=0)
 
 
 #: levels of m_min that `_next_level` considers: this many evenly spaced in (m_floor, 1)
@@ -478,9 +484,8 @@ def _next_level(inst: Instance, weights, levels: list[Level], top: float | None)
         o = np.argsort(mus)
         mus, R = np.asarray(mus)[o], np.maximum.accumulate(np.asarray(R)[o])
         return min(fmin(float(h)) + r for h, r in zip(list(mus[1:]) + [1.0], R))
-    mus = sorted(lv.mu for lv in levels)
-    R = np.maximum.accumulate([float(np.min(lv.floors, axis=1).sum())
-                               for lv in sorted(levels, key=lambda lv: lv.mu)])
+    order, raised = _raised(levels)
+    mus, R = [lv.mu for lv in order], raised.min(axis=2).sum(axis=1)
     now = predicted(mus, R)
     if not math.isfinite(now):
         return None
