@@ -284,3 +284,19 @@ def test_m_levels_is_listed_under_search(capsys):
                  "--list-options"]) == 0
     out = capsys.readouterr().out
     assert "m_levels" in out and out.index("search") < out.index("m_levels")
+
+
+def test_the_second_pass_takes_the_highest_level_first(monkeypatch, tiny):
+    # every subproblem runs out of time: the second pass asks the top level's first
+    calls = []
+
+    def fake(m, time_limit, seed=0):
+        calls.append(float(m.ue[0].m[0].value))
+        return None, "maxTimeLimit"
+    monkeypatch.setattr(bd, "_scip_lower", fake)
+    monkeypatch.setattr(bd, "_next_level", lambda inst, w, levels, top: 0.5)
+    db = bd.decomposed_bound(tiny, 60.0, m_levels=1)
+    first = tiny.T * tiny.S + tiny.T                # level 0 whole, one aggregator per round
+    assert calls[:first] == [tiny.m_floor] * (tiny.T * tiny.S) + [0.5] * tiny.T
+    assert calls[first:] == [0.5] * tiny.T + [tiny.m_floor] * (tiny.T * tiny.S)
+    assert db.bound > 0 and not db.closed
