@@ -328,10 +328,9 @@ class _Rounds:
         return lv
 
     def rerun(self, levels: list[Level]) -> None:
-        """Those that ran out of time, again, with what the others left: the highest level
-        first (the ML floor falls as m_min grows, so the top cells of m_min tend to be the
-        least, and their floors are the bound)."""
-        todo = [(lv, t, k) for lv in sorted(levels, key=lambda lv: -lv.mu)
+        """Those that ran out of time, again, with what the others left: the lowest level
+        first, since its floors hold in every cell of m_min above it."""
+        todo = [(lv, t, k) for lv in sorted(levels, key=lambda lv: lv.mu)
                 for t, row in enumerate(lv.status) for k, st in enumerate(row)
                 if st == "maxTimeLimit"]
         for i, (lv, t, k) in enumerate(todo):

@@ -286,8 +286,9 @@ def test_m_levels_is_listed_under_search(capsys):
     assert "m_levels" in out and out.index("search") < out.index("m_levels")
 
 
-def test_the_second_pass_takes_the_highest_level_first(monkeypatch, tiny):
-    # every subproblem runs out of time: the second pass asks the top level's first
+def test_the_second_pass_takes_the_lowest_level_first(monkeypatch, tiny):
+    # every subproblem runs out of time: the second pass asks m_floor's first, whose floors
+    # hold in every cell
     calls = []
 
     def fake(m, time_limit, seed=0):
@@ -298,5 +299,28 @@ def test_the_second_pass_takes_the_highest_level_first(monkeypatch, tiny):
     db = bd.decomposed_bound(tiny, 60.0, m_levels=1)
     first = tiny.T * tiny.S + tiny.T                # level 0 whole, one aggregator per round
     assert calls[:first] == [tiny.m_floor] * (tiny.T * tiny.S) + [0.5] * tiny.T
-    assert calls[first:] == [0.5] * tiny.T + [tiny.m_floor] * (tiny.T * tiny.S)
+    assert calls[first:] == [tiny.m_floor] * (tiny.T * tiny.S) + [0.5] * tiny.T
     assert db.bound > 0 and not db.closed
+
+
+def test_the_method_with_levels_at_m_floor_1_writes_one_level_and_a_bound_below(tmp_path):
+    import subprocess
+    import sys
+    inst = Instance.load(DATA / "campaign" / "capacity-edge-1ue-2bs.json")
+    ev = system.evaluate(inst, Solution.load(
+        DATA / "campaign" / "capacity-edge-1ue-2bs.point.json", inst))
+    out = tmp_path / "bound.json"
+    p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve",
+                        str(DATA / "campaign" / "capacity-edge-1ue-2bs.json"), "--method",
+                        "decomposed-bound", "--time-limit", "10", "--set",
+                        f"incumbent={ev.objective!r}", "--set", "m_levels=1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import json
+    rep = json.loads(out.read_text())
+    assert rep["bound"] <= ev.objective * (1 + 1e-6)
+    levels = rep["m_levels"]
+    assert levels[0]["m_min"] == inst.m_floor and levels[0]["floors"] == [
+        r["floors"] for r in rep["rounds"]]
+    # m_floor = 1 here (its regime draws m_floor at its limit): no cell to split, one level
+    assert inst.m_floor == 1.0 and len(levels) == 1 and rep["m_cell"] == [1.0, 1.0]
