@@ -344,7 +344,8 @@ class BoundOptions(MethodOptions):
     m_levels: int = option(0, "levels of the partition of m_min above m_floor: each puts back "
                            "part of the coupling through m_min for up to T*S more subproblems "
                            "in the same time, which the first level then lacks (0: the single "
-                           "cell [m_floor, 1]; at paper size it pays from about 5 minutes)",
+                           "cell [m_floor, 1]; use it only with time to spare: where the first "
+                           "level's subproblems cannot close, the bound falls)",
                            check=in_interval(0, M_LEVELS_MAX), flagged=False, group="search")
 
 
