@@ -6,6 +6,24 @@ that is valid). The method `scip` (its option `incumbent`) gives SCIP's dual bou
 whole binary model. Both use the cuts that every feasible point satisfies and an objective
 cutoff, valid as below.
 
+The rows that couple the rounds (eq:convSpecial and Theorem 1's step-size row, corollary form):
+
+* gbar = d sum_t sum_i p_ti gamma_ti, read by the ML term's init, drift, noise, local and
+  hetero parts and by the step-size row;
+* m_min <= m_ti for every DPU i and round t (`m_min_epi`), read by the noise and local parts;
+* g_max >= gamma_ti (`g_max_epi`), read by the local and hetero parts and the step-size row;
+* the step-size row 4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T;
+* the drift part xi1 c0(gbar) sum_t tau_t Delta_t, a product of gbar and every round's delay.
+
+How `decomposed_bound` relaxes them: the ML part takes gbar per cell, g_max at its least
+(max(gamma_min, gbar / (d T))) and m_min at most the top of its cell of m_min (`ml_floor`);
+the step-size row is dropped. The rounds see none of them: gamma_ti = gamma_min (the rounds'
+objective grows with gamma), so the gbar and g_max coupling is dropped whole; m_ti = the bottom
+of the cell of m_min (the same argument), so the m_min coupling is kept to within one cell
+(`m_levels` cells; with none, m_ti = m_floor against m_min <= 1 in the ML part, the whole
+coupling dropped); the drift's factor is c0 at the cell's least gbar, its excess over the
+least cell's bounded by the aggregator cuts (`_cells`).
+
 Why the bound is valid:
 
 * The aggregator cuts (`add_bound_cuts`) hold at every feasible point of P, so P's feasible set
@@ -30,6 +48,7 @@ Why the bound is valid:
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -148,7 +167,13 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
     dA_t, dR_t <= cap. The objective is nondecreasing in every gamma_i and m_i (dP and EP grow
     with gamma m, and the delay rows only loosen when they fall), so gamma = gamma_min and
     m = mu attain its minimum and are fixed; the bound's rows (m_min, g_max epigraphs, the
-    step-size row) are dropped, which only relaxes. The aggregator cuts are added."""
+    step-size row) are dropped, which only relaxes. The aggregator cuts are added.
+
+    Each DC's speed z_s is raised to at least `dc_speed_floor` (`const: Data Center data
+    capacity 2 1 main`): z_s enters only the DC's processing delay dP_s, which falls as z_s
+    grows, and its energy EP_s = gamma m D_s Pbar (rho_idle z_s / C^2 + (1 - rho_idle) / z_s),
+    which falls up to that speed; so raising z_s to it keeps a point feasible and its objective
+    no higher, and some minimiser lies above it."""
     r = round_instance(inst, t)
     m = build_problem(r, binaries="binary", bound="corollary", weights=weights, copies=False,
                       delay_cap=cap)
@@ -157,6 +182,9 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
         for k in m.T:
             blk.gamma[k].fix(r.gamma_min)
             blk.m[k].fix(mu)
+    zlo = dc_speed_floor(r)
+    for blk in m.dc.values():
+        blk.z[0].setlb(max(float(blk.z[0].lb), zlo))
     own = m.dc[0]
     own.coupling.step.deactivate()
     for blk in list(m.ue.values()) + list(m.dc.values()):
@@ -173,17 +201,25 @@ def round_model(inst: Instance, t: int, a: float, mu: float, *, cap: float | Non
     return m
 
 
+def dc_speed_floor(inst: Instance) -> float:
+    """z / C from which a DC's processing energy per data point, Pbar (rho_idle z / C^2 +
+    (1 - rho_idle) / z), stops falling: sqrt((1 - rho_idle) / rho_idle), at most 1 (z <= C);
+    1 when rho_idle <= 1/2 (`round_model`)."""
+    rho = float(inst.rho_idle)
+    return min(1.0, math.sqrt((1.0 - rho) / rho))
+
+
 def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
-             cells: int = 400) -> tuple[np.ndarray, np.ndarray]:
+             cells: int = 400, m_hi: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(F, c0) per cell [g1, g2] of gbar: F a lower bound on xi1 times the part of the ML term
     of eq:convSpecial without its drift, c0 (F0 - F*) + 16 L vt Theta sigma^2 sqrt(d/T) /
     (m_min sqrt(gbar)) + 12 L^2 d Theta sigma^2 g_max / (gbar m_min T)
     + 12 L^2 zeta2 d g_max^2 / (gbar T), and c0 a lower bound on xi1 times the drift's
     factor c0 = 4 sqrt(gbar) / (vt sqrt(d T)), over the cell. gbar = d sum_t sum_i p_ti
     gamma_ti lies in [d T gamma_min, d T gamma_max] and g_max >= max(gamma_min, gbar / (d T))
-    (the shares p_ti of a round sum to 1); m_min <= 1; each term is bounded by its monotone
-    end of the cell. The cells are `cells` geometric ones. The corollary form with a
-    constant vartheta only (ValueError otherwise)."""
+    (the shares p_ti of a round sum to 1); m_min <= m_hi (1: every point); each term is
+    bounded by its monotone end of the cell. The cells are `cells` geometric ones. The
+    corollary form with a constant vartheta only (ValueError otherwise)."""
     if inst.vartheta_mode != "constant":
         raise ValueError(f"the decomposed bound needs vartheta_mode 'constant', got "
                          f"{inst.vartheta_mode!r}")
@@ -196,8 +232,8 @@ def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
         else np.array([d * T * gmin] * 2)
     g1, g2 = g[:-1], g[1:]
     c0 = 4.0 * np.sqrt(g1) / (vt * math.sqrt(d * T))
-    noise = 16.0 * L * vt * ts * math.sqrt(d / T) / np.sqrt(g2)
-    local = 12.0 * L ** 2 * d * ts / T * np.maximum(gmin / g2, 1.0 / (d * T))
+    noise = 16.0 * L * vt * ts * math.sqrt(d / T) / np.sqrt(g2) / m_hi
+    local = 12.0 * L ** 2 * d * ts / T * np.maximum(gmin / g2, 1.0 / (d * T)) / m_hi
     hetero = 12.0 * L ** 2 * z2 * d / T * np.maximum(gmin ** 2 / g2, g1 / (d * T) ** 2)
     return xi1 * (c0 * F0 + noise + local + hetero), xi1 * c0
 
@@ -206,6 +242,9 @@ def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
 CLOSED = ("convergenceCriteriaSatisfied", "provenInfeasible", "locallyInfeasible")
 #: the status of a subproblem that the time limit left no time for (its floor: the cuts)
 NOT_RUN = "notRun"
+#: the status of a subproblem above the first level that the least over the aggregators did
+#: not need (its floor: the levels' below)
+NOT_NEEDED = "notNeeded"
 #: the least time worth giving SCIP for one subproblem (s); with less left, the cuts only
 MIN_SHARE = 0.05
 #: the part of each share that SCIP gets; the rest covers loading the model into SCIP
@@ -213,13 +252,25 @@ SCIP_PART = 0.8
 
 
 @dataclass
+class Level:
+    """One level of the mini-batch partition: `floors[t][k]`, a lower bound on round t's
+    subproblem with aggregator k over the points with every m_i >= `mu` (SCIP's bound of
+    `round_model` with m = mu, or the cuts'), and `status[t][k]`, SCIP's termination there."""
+    mu: float
+    floors: list[list[float]]
+    status: list[list[str]]
+
+
+@dataclass
 class DecomposedBound:
     """What `decomposed_bound` proved: `bound` (a lower bound on min P; +inf: P has no point),
     its parts (`ml`: the ML floor of the least cell; `rounds[t][k]`: round t's floor with
-    aggregator k, +inf where SCIP proved no point under the cap, `status[t][k]` SCIP's
-    termination there, `NOT_RUN` where no time was left; `cells`: the bound per cell of gbar,
-    whose edges are `cell_edges`), the cutoff U used (None: none) and where it came from
-    ("incumbent", "reference"), the wall time, and `closed`: every round floor closed by SCIP."""
+    aggregator k at m = m_floor, +inf where SCIP proved no point under the cap, `status[t][k]`
+    SCIP's termination there, `NOT_RUN` where no time was left; `cells`: the bound per cell of
+    gbar, whose edges are `cell_edges`; `levels`: every level of the mini-batch partition,
+    the first at m_floor; `m_cell`: the cell of m_min with the least bound), the cutoff U used
+    (None: none) and where it came from ("incumbent", "reference"), the wall time, and
+    `closed`: every round floor closed by SCIP."""
     bound: float
     ml: float
     rounds: list[list[float]]
@@ -230,11 +281,88 @@ class DecomposedBound:
     cutoff_source: str | None = None
     cells: list[float] | None = None
     cell_edges: list[float] | None = None
+    levels: list[Level] | None = None
+    m_cell: tuple[float, float] | None = None
+
+
+class _Rounds:
+    """The round subproblems of `decomposed_bound` under one deadline. Each keeps the cuts'
+    floor `cut[t][k]` (or a lower level's) where SCIP proves less or no time is left."""
+
+    def __init__(self, inst: Instance, weights, seed: int, deadline: float, a, caps, cut, bar):
+        self.inst, self.weights, self.seed, self.deadline = inst, weights, seed, deadline
+        self.a, self.caps, self.cut, self.bar = a, caps, cut, bar
+        self.models: dict = {}
+
+    def first(self, mu: float, reserve: int) -> Level:
+        """Every round subproblem with m = mu, each with an equal share of the time left over
+        the subproblems still to run and `reserve` more to come after."""
+        T, S = self.inst.T, self.inst.S
+        lv = Level(mu, [row[:] for row in self.cut], [[NOT_RUN] * S for _ in range(T)])
+        jobs = [(t, k) for t in range(T) for k in range(S)]
+        for i, (t, k) in enumerate(jobs):
+            self.run(lv, t, k, (self.deadline - _now()) / (len(jobs) - i + reserve))
+            self._tick()
+        return lv
+
+    def above(self, mu: float, below: list[list[float]], reserve: int) -> Level:
+        """The level at mu over the greatest floors `below` of the levels under it: each round
+        gets an equal share of the time left over the rounds still to run and `reserve` more;
+        its aggregators go in the order of their floors and stop at the first whose floor is
+        at least the least that this level proved: the least over k cannot change then. The
+        others keep their floors (status `NOT_NEEDED`)."""
+        T, S = self.inst.T, self.inst.S
+        lv = Level(mu, [row[:] for row in below], [[NOT_NEEDED] * S for _ in range(T)])
+        for t in range(T):
+            end = _now() + (self.deadline - _now()) / (T - t + reserve)
+            order = sorted(range(S), key=lambda k: below[t][k])
+            least = math.inf
+            for i, k in enumerate(order):
+                n = sum(1 for j in order[i:] if below[t][j] < least)
+                if n == 0:
+                    break
+                lv.status[t][k] = NOT_RUN
+                self.run(lv, t, k, (end - _now()) / n)
+                least = min(least, lv.floors[t][k])
+            self._tick()
+        return lv
+
+    def rerun(self, levels: list[Level]) -> None:
+        """Those that ran out of time, again, with what the others left: the lowest level
+        first, since its floors hold in every cell of m_min above it."""
+        todo = [(lv, t, k) for lv in sorted(levels, key=lambda lv: lv.mu)
+                for t, row in enumerate(lv.status) for k, st in enumerate(row)
+                if st == "maxTimeLimit"]
+        for i, (lv, t, k) in enumerate(todo):
+            self.run(lv, t, k, (self.deadline - _now()) / (len(todo) - i))
+
+    def run(self, lv: Level, t: int, k: int, share: float) -> None:
+        """SCIP on round t with aggregator k at level lv for `SCIP_PART` of `share` seconds,
+        when that is at least `MIN_SHARE`; the floor is raised to its bound."""
+        if self.deadline - _now() < MIN_SHARE:
+            return
+        key = (lv.mu, t, k)
+        if key not in self.models:
+            self.models[key] = round_model(self.inst, t, self.a[t], lv.mu, cap=self.caps[t],
+                                           weights=self.weights, aggregator=k)
+        share = SCIP_PART * min(share, self.deadline - _now())
+        if share >= MIN_SHARE:
+            lo, lv.status[t][k] = _scip_lower(self.models[key], share, self.seed)
+            lv.floors[t][k] = lv.floors[t][k] if lo is None else max(lo, lv.floors[t][k])
+
+    def _tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+
+def _now() -> float:
+    import time
+    return time.monotonic()
 
 
 def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
                      weights: dict[str, float] | None = None, seed: int = 0,
-                     progress: bool = False) -> DecomposedBound:
+                     progress: bool = False, m_levels: int = 0) -> DecomposedBound:
     """A proven lower bound on P (`eqn: optimization objective text`, corollary form with a
     constant vartheta) by decomposing it over rounds and aggregators, within `time_limit`
     seconds of wall time (each subproblem gets an equal share of what is left, and those that
@@ -250,12 +378,22 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time,
     the aggregator cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
     (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]),
-    and the bound is the least cell. With a cutoff U (`cap_objective`: the given `incumbent`, or a
-    reference orchestration that `system.evaluate` finds feasible, whichever is less) the
-    delays of round t are capped at (U - min F) / a_t (J >= min F + a_t tau_t) and the result
-    is min(U, that bound): min P >= min(U, min{J : J <= U}) (module docstring). With neither,
-    there is no cap, and +inf (no cell with a point) proves that P has none. The tighter U,
-    the better SCIP bounds each round: pass the best known objective.
+    and the bound is the least cell.
+
+    The coupling through m_min is put back by a partition (`m_levels` > 0): m_min <= m_i for
+    every i and t, so on the points with m_min in [mu_j, mu_j+1] every round has m_i >= mu_j,
+    whose floors come from `round_model` with m = mu_j (its objective grows with every m_i),
+    while the ML floor takes m_min <= mu_j+1 (`ml_floor`'s m_hi). The levels mu_0 = m_floor <
+    mu_1 < ... are chosen one after the other (`_next_level`); each costs T S subproblems,
+    a floor at a lower level holds at a higher one, and the bound is the least over the cells
+    of m_min and gbar. m_levels = 0 is the single cell [m_floor, 1] above.
+
+    With a cutoff U (`cap_objective`: the given `incumbent`, or a reference orchestration that
+    `system.evaluate` finds feasible, whichever is less) the delays of round t are capped at
+    (U - min F) / a_t (J >= min F + a_t tau_t) and the result is min(U, that bound):
+    min P >= min(U, min{J : J <= U}) (module docstring). With neither, there is no cap, and
+    +inf (no cell with a point) proves that P has none. The tighter U, the better SCIP bounds
+    each round: pass the best known objective.
     """
     import time
     if not _positive(time_limit):
@@ -265,48 +403,107 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
         raise ValueError(f"option 'incumbent' must be a positive finite objective, got "
                          f"{incumbent!r}")
     t0 = time.monotonic()
-    deadline = t0 + time_limit
     F, c0 = ml_floor(inst, weights)
     w = {"xi2": inst.xi2, **(weights or {})}
     top, source = cap_objective(inst, incumbent, weights=weights)
     LA, LR = delay_floors(inst)
     T, S = inst.T, inst.S
-    floors = [[0.0] * S for _ in range(T)]
-    status = [[NOT_RUN] * S for _ in range(T)]
-    jobs = [(t, k) for t in range(T) for k in range(S)]
-    models: dict = {}
-    bar = _bar(progress, len(jobs))
-    # two passes: every subproblem with an equal share of the time left, then those that ran
-    # out of time again with what the others left
-    for rerun in (False, True):
-        todo = [j for j in jobs if status[j[0]][j[1]] == "maxTimeLimit"] if rerun else jobs
-        for i, (t, k) in enumerate(todo):
-            a = c0[0] * float(inst.Delta[t].sum()) + w["xi2"]
-            if not rerun:
-                floors[t][k] = a * float(LA[t, k] + LR[t, k])          # the cuts' floor
-            if deadline - time.monotonic() < MIN_SHARE:
-                continue
-            if (t, k) not in models:
-                # J >= F + a tau_t >= min F + a dA_t (every part >= 0), J <= top: a delay cap
-                cap = (top - float(F.min())) / a if top is not None and a > 0 else None
-                models[t, k] = round_model(inst, t, a, inst.m_floor, cap=cap, weights=weights,
-                                           aggregator=k)
-            share = SCIP_PART * (deadline - time.monotonic()) / (len(todo) - i)
-            if share >= MIN_SHARE:
-                lo, status[t][k] = _scip_lower(models[t, k], share, seed)
-                floors[t][k] = floors[t][k] if lo is None else max(lo, floors[t][k])
-            if bar is not None and not rerun:
-                bar.update(1)
+    a = [c0[0] * float(inst.Delta[t].sum()) + w["xi2"] for t in range(T)]
+    # J >= F + a tau_t >= min F + a dA_t (every part >= 0), J <= top: a delay cap
+    caps = [(top - float(F.min())) / a[t] if top is not None and a[t] > 0 else None
+            for t in range(T)]
+    cut = [[a[t] * float(LA[t, k] + LR[t, k]) for k in range(S)] for t in range(T)]
+    bar = _bar(progress, T * S + m_levels * T)
+    rounds = _Rounds(inst, weights, seed, t0 + time_limit, a, caps, cut, bar)
+    levels = [rounds.first(inst.m_floor, m_levels * T)]
+    for r in range(m_levels):
+        mu = _next_level(inst, weights, levels, top)
+        if mu is None:
+            break
+        below = np.max([lv.floors for lv in levels if lv.mu < mu], axis=0).tolist()
+        levels.append(rounds.above(mu, below, (m_levels - 1 - r) * T))
+    rounds.rerun(levels)
     if bar is not None:
         bar.close()
-    total = _cells(inst, F, c0, floors, LA + LR)
+    total, ml, cell = _partition(inst, weights, levels, LA + LR)
     j = int(np.argmin(total))
     b = float(total[j]) if top is None else min(float(total[j]), top)
     g = np.geomspace(inst.I * T * inst.gamma_min, inst.I * T * inst.gamma_max, len(F) + 1)
-    return DecomposedBound(bound=b, ml=float(F[j]), rounds=floors, status=status,
-                           cutoff=top, cutoff_source=source, wall_s=time.monotonic() - t0,
-                           closed=all(s in CLOSED for row in status for s in row),
-                           cells=[float(x) for x in total], cell_edges=[float(x) for x in g])
+    return DecomposedBound(bound=b, ml=float(ml[j]), rounds=levels[0].floors,
+                           status=levels[0].status, cutoff=top, cutoff_source=source,
+                           wall_s=time.monotonic() - t0,
+                           closed=all(s in CLOSED + (NOT_NEEDED,) for lv in levels
+                                      for row in lv.status for s in row),
+                           cells=[float(x) for x in total], cell_edges=[float(x) for x in g],
+                           levels=levels, m_cell=cell[j])
+
+
+def _partition(inst: Instance, weights, levels: list[Level], tau_lo: np.ndarray):
+    """Per cell of gbar: the bound, least over the cells [mu_j, mu_j+1] of m_min (the last up
+    to 1) of `_cells` with F for m_min <= mu_j+1 and level j's floors, each raised to the
+    greatest floor of the levels below it (a floor at m_i >= mu holds at every higher mu); the
+    F of that least cell; and that cell (`decomposed_bound`)."""
+    order, raised = _raised(levels)
+    tops = [lv.mu for lv in order[1:]] + [1.0]
+    best = ml = cell = None
+    for lv, hi, eff in zip(order, tops, raised):
+        F, c0 = ml_floor(inst, weights, m_hi=hi)
+        tot = _cells(inst, F, c0, eff, tau_lo)
+        if best is None:
+            best, ml, cell = tot, F, [(lv.mu, hi)] * len(F)
+            continue
+        won = tot < best
+        best, ml = np.where(won, tot, best), np.where(won, F, ml)
+        cell = [(lv.mu, hi) if x else c for x, c in zip(won, cell)]
+    return best, ml, cell
+
+
+def _raised(levels: list[Level]) -> tuple[list[Level], np.ndarray]:
+    """The levels in the order of mu, and their floors [level, t, k], each raised to the
+    greatest of the levels at or below it (a floor at m_i >= mu holds at every higher mu)."""
+    order = sorted(levels, key=lambda lv: lv.mu)
+    return order, np.maximum.accumulate(np.array([lv.floors for lv in order], float), axis=0)
+
+
+#: levels of m_min that `_next_level` considers: this many evenly spaced in (m_floor, 1)
+CANDIDATES = 200
+#: with one level and no cutoff, the gain that `_next_level` guesses for the rounds at m = 1
+#: (a share of their floor at m_floor); only where to branch depends on it
+FIRST_GUESS = 0.05
+
+
+def _next_level(inst: Instance, weights, levels: list[Level], top: float | None):
+    """The next level of the mini-batch partition (`decomposed_bound`): the mu in
+    (m_floor, 1), not yet a level, that maximises the predicted bound min_j (min F(m_min <=
+    mu_j+1) + R_j), R_j = sum_t min_k of level j's floors, with R at mu interpolated linearly
+    between the levels solved and R at 1 extrapolated from the top two (with one level, its R
+    plus the gap to the cutoff `top`, or `FIRST_GUESS` of it without one). None when no
+    candidate predicts a gain. It only chooses where to branch: no bound rests on it."""
+    fmin = functools.lru_cache(maxsize=None)(
+        lambda hi: float(ml_floor(inst, weights, m_hi=hi)[0].min()))
+
+    def predicted(mus, R):
+        o = np.argsort(mus)
+        mus, R = np.asarray(mus)[o], np.maximum.accumulate(np.asarray(R)[o])
+        return min(fmin(float(h)) + r for h, r in zip(list(mus[1:]) + [1.0], R))
+    order, raised = _raised(levels)
+    mus, R = [lv.mu for lv in order], raised.min(axis=2).sum(axis=1)
+    now = predicted(mus, R)
+    if not math.isfinite(now):
+        return None
+    if len(mus) > 1:
+        R1 = R[-1] + (R[-1] - R[-2]) / (mus[-1] - mus[-2]) * (1.0 - mus[-1])
+    else:
+        R1 = R[0] + (top - now if top is not None and top > now else FIRST_GUESS * R[0])
+    best, val = None, now
+    for mu in np.linspace(inst.m_floor, 1.0, CANDIDATES + 2)[1:-1]:
+        if mu in mus:
+            continue
+        got = predicted(mus + [mu], list(R) + [float(np.interp(mu, mus + [1.0],
+                                                              list(R) + [R1]))])
+        if got > val:
+            best, val = float(mu), got
+    return best
 
 
 def _cells(inst: Instance, F: np.ndarray, c0: np.ndarray, floors: list[list[float]],
@@ -361,7 +558,7 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
         sol, inc = _incumbent(inst, opts.weights, INCUMBENT_SHARE * opts.time_limit)
     left = opts.time_limit - (time.monotonic() - t0)
     db = decomposed_bound(inst, max(left, 1e-3), inc, weights=opts.weights,
-                          progress=opts.progress)
+                          progress=opts.progress, m_levels=opts.m_levels)
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
     info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
                  "incumbent": inc})
@@ -424,8 +621,10 @@ def bound_report(inst: Instance, db: DecomposedBound, incumbent: float | None,
                  gap: float | None, opts: BoundOptions, *, wall_s: float) -> dict:
     """What `decomposed-bound` proved, as JSON (format cefl-bound/1): the bound, the incumbent
     and the cutoff used (null: none), the gap, the ML floor, each round's floor and SCIP
-    status per aggregator, the bound per cell of gbar, and the method's wall time `wall_s`. A
-    floor or bound of +inf (SCIP proved no point) is null, with its status."""
+    status per aggregator at m = m_floor, the bound per cell of gbar, every level of the
+    partition of m_min (`m_levels`, the first being `rounds`) with its floors and statuses,
+    the cell of m_min whose bound is the least (`m_cell`), and the method's wall time
+    `wall_s`. A floor or bound of +inf (SCIP proved no point) is null, with its status."""
     def num(x):
         return float(x) if x is not None and math.isfinite(x) else None
     return {"format": "cefl-bound/1", "instance": inst.name, "method": "decomposed-bound",
@@ -435,4 +634,7 @@ def bound_report(inst: Instance, db: DecomposedBound, incumbent: float | None,
             "ml_floor": num(db.ml),
             "rounds": [{"round": t, "floors": [num(x) for x in db.rounds[t]],
                         "scip_status": db.status[t]} for t in range(len(db.rounds))],
-            "cells": {"gbar_edges": db.cell_edges, "bounds": [num(x) for x in db.cells]}}
+            "cells": {"gbar_edges": db.cell_edges, "bounds": [num(x) for x in db.cells]},
+            "m_levels": [{"m_min": lv.mu, "floors": [[num(x) for x in row] for row in lv.floors],
+                          "scip_status": lv.status} for lv in db.levels or []],
+            "m_cell": None if db.m_cell is None else list(db.m_cell)}

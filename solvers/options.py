@@ -326,6 +326,10 @@ class ScipOptions(MethodOptions):
                                 cli=False)
 
 
+#: the most levels of m_min that decomposed-bound takes (each costs T*S subproblems)
+M_LEVELS_MAX = 20
+
+
 @dataclass(frozen=True)
 class BoundOptions(MethodOptions):
     """decomposed-bound: a proven lower bound on P (solvers/bound.py)."""
@@ -337,6 +341,12 @@ class BoundOptions(MethodOptions):
                                      "method's weights, which caps the delays (none: "
                                      "decentralized's answer, scored under those weights, is "
                                      "found first and used)", check=positive, flagged=False)
+    m_levels: int = option(0, "levels of the partition of m_min above m_floor: each puts back "
+                           "part of the coupling through m_min for up to T*S more subproblems "
+                           "in the same time, which the first level then lacks (0: the single "
+                           "cell [m_floor, 1]; use it only with time to spare: where the first "
+                           "level's subproblems cannot close, the bound falls)",
+                           check=in_interval(0, M_LEVELS_MAX), flagged=False, group="search")
 
 
 _PRESET = "the preset's"
