@@ -110,6 +110,8 @@ def test_mpi_solve_more_ranks_than_nodes_exits_2(tiny, tmp_path):
 
 
 @needs_mpiexec
+@pytest.mark.slow   # in the default suite: test_aggregator_moves.py's
+# test_screen_and_group_moves_over_mpi_equal_one_process (moves and vetoes, their counts equal)
 def test_mpi_association_moves_equal_local_backend(tmp_path):
     """The moves' collectives (solvers/assoc_moves.py) over 2 processes: paper network, T = 2,
     3 outer iterations per phase (the rounding of a relaxed point leaves moves to make)."""
