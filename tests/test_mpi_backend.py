@@ -107,12 +107,20 @@ def _mpirun(n, *args, timeout=240):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _comm_cases():
+    """Each network on 2 and 3 ranks; in the default suite each network once, both rank counts
+    among them (every launch costs a start-up per rank), the other three `slow`."""
+    cases = [["tiny"], ["paper"],
+             ["paper", "--ues", "60", "--bss", "12", "--dcs", "4", "--reach", "3"]]
+    for i, case in enumerate(cases):
+        for ranks in (2, 3):
+            yield pytest.param(ranks, case, id=f"{ranks}-{'-'.join(case)}",
+                               marks=() if ranks == (3 if i % 2 == 0 else 2) else pytest.mark.slow)
+
+
 @needs_mpiexec
 @one_launch_at_a_time
-@pytest.mark.parametrize("ranks", [2, 3])
-@pytest.mark.parametrize("case", [["tiny"], ["paper"],
-                                  ["paper", "--ues", "60", "--bss", "12", "--dcs", "4",
-                                   "--reach", "3"]])
+@pytest.mark.parametrize("ranks, case", list(_comm_cases()))
 def test_mpi_comm_equals_local_comm(ranks, case):
     p = _mpirun(ranks, *case)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -132,6 +140,8 @@ def test_mpi_comm_equals_local_comm_with_relaying_ranks():
 
 @needs_mpiexec
 @one_launch_at_a_time
+@pytest.mark.slow   # six start-ups; in the default suite: test_mpi_solve.py's
+# test_mpi_solve_more_ranks_than_nodes_exits_2 (the same refusal through the command line)
 def test_more_ranks_than_nodes_exits_2_without_hanging():
     p = _mpirun(6, "tiny", timeout=120)
     assert p.returncode == 2, p.stdout + p.stderr

@@ -60,7 +60,9 @@ def _values(sol_json):
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("ranks", [2, 3])
+# 3 ranks slow: in the default suite, test_mpi_backend.py's test_mpi_comm_equals_local_comm
+# runs the collectives on 3 ranks
+@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_mpi_solve_equals_local_backend(tiny, ranks):
     d, net, sol_local, info_local = tiny
     out = d / f"sol{ranks}.json"
