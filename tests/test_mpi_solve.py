@@ -102,12 +102,12 @@ def test_backend_mpi_refuses_other_methods(tiny, tmp_path):
 
 
 @needs_mpiexec
-def test_mpi_solve_more_ranks_than_nodes_exits_2(tiny, tmp_path):
-    _d, net, *_ = tiny
-    out = tmp_path / "s.json"
-    p = _solve([str(MPIEXEC), "-n", "6"], net, out, "--backend", "mpi", timeout=240)
+def test_mpi_solve_more_ranks_than_nodes_exits_2(tmp_path):
+    net, out = tmp_path / "one.json", tmp_path / "s.json"
+    make_instance("paper", seed=0, rounds=1, ues=1, bss=1, dcs=1).save(net)   # 3 nodes
+    p = _solve([str(MPIEXEC), "-n", "4"], net, out, "--backend", "mpi", timeout=240)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert "6 MPI ranks for 5 network nodes" in p.stderr
+    assert "4 MPI ranks for 3 network nodes" in p.stderr
     assert not out.exists()
 
 
