@@ -163,7 +163,8 @@ def enumerated():
 
 #: module-scoped fixtures worth computing once: under pytest-xdist (`--dist loadgroup`) the
 #: tests of a module that use one of them run on one worker (group "<module>::<fixture>")
-SHARED_FIXTURES = ("site", "tiny_run", "tiny_pair", "tiny_screened", "two_points")
+SHARED_FIXTURES = ("site", "tiny_run", "tiny_pair", "tiny_screened", "two_points",
+                   "converged_tiny")
 
 
 @pytest.hookimpl(tryfirst=True)

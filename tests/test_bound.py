@@ -81,10 +81,11 @@ def test_round_instance_is_that_round():
 
 
 @pytest.mark.xdist_group("enumerated-tiny")
-@pytest.mark.parametrize("seed", [0, 1])
+# the cut run takes its 40 s: seed 1 slow (seed 0 checks the same in the default suite)
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     inst, (best, _sol, _count) = enumerated("tiny", seed=seed)
-    free = decomposed_bound(inst, 8)
+    free = decomposed_bound(inst, 2)   # runs to its limit; only the cut's bound is judged
     cut = decomposed_bound(inst, 40, incumbent=best)
     assert free.bound <= best * (1 + 1e-6) and cut.bound <= best * (1 + 1e-6)
     assert cut.bound >= 0.8 * best            # and, given the optimum's value, not a trivial one

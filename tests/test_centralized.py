@@ -20,7 +20,10 @@ def small():
 
 
 @pytest.mark.xdist_group("enumerated-tiny-2bs")
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# seed 0's enumeration alone takes 30 s of CPU (one of its 32 Ipopt solves takes 20 s): seeds
+# 0 and 2 are slow, seed 1 checks the same in the default suite
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.slow), 1,
+                                  pytest.param(2, marks=pytest.mark.slow)])
 def test_ipopt_enum_matches_exhaustive_enumeration(seed, enumerated):
     # brute force: every aggregator and every UE-BS association, Ipopt on each
     inst, (best, _sol, count) = enumerated("tiny", seed=seed, bss=2, rounds=1)
@@ -103,7 +106,7 @@ def test_greedy_data_picks_the_hot_subnetwork():
 
 @pytest.mark.xdist_group("enumerated-tiny-2bs")
 def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
-    inst, (best, _sol, _) = enumerated("tiny", seed=0, bss=2, rounds=1)
+    inst, (best, _sol, _) = enumerated("tiny", seed=1, bss=2, rounds=1)
     res = solve(inst, "scip", time_limit=30)   # a finite dual bound under load
     assert res.termination_condition in (TerminationCondition.convergenceCriteriaSatisfied,
                                          TerminationCondition.maxTimeLimit)
@@ -112,7 +115,7 @@ def test_scip_reports_a_feasible_incumbent_and_a_valid_bound(enumerated):
     assert res.objective == pytest.approx(ev.objective, rel=1e-6)   # the incumbent's own value
     # a lower bound is below every feasible point we know. (The enumeration is over the
     # binaries with Ipopt, a local solver, on the non-convex rest: SCIP's incumbent may beat it,
-    # as it does by 0.3 % on this instance under load; nothing beats SCIP's bound.)
+    # as it did by 0.3 % on seed 0 under load; nothing beats SCIP's bound.)
     assert res.bound is not None and res.bound <= min(best, res.objective) + 1e-6
     assert res.objective <= best * 1.05                        # and it is a good incumbent
     if res.termination_condition == TerminationCondition.convergenceCriteriaSatisfied:
@@ -138,11 +141,12 @@ def test_scip_passes_its_ipopt_an_options_file_that_avoids_metis():
 def test_scip_runs_to_its_time_limit_on_a_paper_instance_where_metis_aborts(tmp_path):
     """Paper seed 9001, T = 3: on this instance METIS aborts the process (SIGABRT inside SCIP's
     MPEC heuristic's Ipopt, after 150-200 s) unless SCIP's Ipopt avoids METIS. SCIP runs to the
-    time limit with a feasible incumbent and a bound below it."""
+    time limit (270 s: past that window by a third) with a feasible incumbent and a bound below
+    it."""
     net, out = tmp_path / "net.json", tmp_path / "s.json"
     make_instance("paper", seed=9001, rounds=3).save(net)
     p = subprocess.run([sys.executable, "-m", "cefl_opt.cli", "solve", str(net), "--method",
-                        "scip", "--time-limit", "420", "--out", str(out)], capture_output=True,
+                        "scip", "--time-limit", "270", "--out", str(out)], capture_output=True,
                        text=True, timeout=900)
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
@@ -249,17 +253,27 @@ def test_ipopt_enum_adds_starts_minus_one_random_seeds_and_the_decentralized_one
     assert [d["seed"] for d in res1.info["seeds"]] == labels[2:-2]
 
 
-@pytest.mark.parametrize("seed", [7101, pytest.param(7102, marks=pytest.mark.slow)])
-def test_ipopt_enum_is_never_worse_than_any_of_its_seed_methods(seed):
+@pytest.mark.xdist_group("small-solves")
+def test_ipopt_enum_is_never_worse_than_any_of_its_seed_methods(small, solved):
     """Best kept: ipopt-enum's answer is at or below fixed (every s), greedy-data, greedy-rate,
-    decentralized and decentralized-polish on the same instance (a second instance in the slow
-    suite)."""
+    decentralized and decentralized-polish on the same instance (the solves of `small` shared
+    with the tests above; two more instances in the slow suite)."""
+    _never_worse_than_its_seed_methods(small, solved)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [7101, 7102])
+def test_ipopt_enum_is_never_worse_than_any_of_its_seed_methods_on_more_instances(seed):
     inst = make_instance("small", seed=seed, rounds=2)
-    enum = solve(inst, "ipopt-enum")
+    _never_worse_than_its_seed_methods(inst, lambda m, **kw: solve(inst, m, **kw))
+
+
+def _never_worse_than_its_seed_methods(inst, solved):
+    enum = solved("ipopt-enum")
     assert system.evaluate(inst, enum.solution).feasible
-    others = [solve(inst, m).objective for m in ("greedy-data", "greedy-rate", "decentralized",
-                                                 "decentralized-polish")]
-    others += [solve(inst, "fixed", aggregator=s).objective for s in range(inst.S)]
+    others = [solved(m).objective for m in ("greedy-data", "greedy-rate", "decentralized",
+                                            "decentralized-polish")]
+    others += [solved("fixed", aggregator=s).objective for s in range(inst.S)]
     assert enum.objective <= min(others) * (1 + 1e-9)
     assert enum.termination_condition != TerminationCondition.maxTimeLimit
     assert enum.info["time_limit_reached"] is False

@@ -444,18 +444,38 @@ def test_small_many_seeds_within_1pct(seed):
     assert sol.objective <= enum_reference(inst) * 1.01
 
 
+@pytest.fixture(scope="module")
+def converged_tiny(tiny):
+    """`converged_tiny(patience)`: `tiny` solved to convergence (stall_tol 0) with that
+    binary_patience, each run once per process (its tests share one xdist worker: conftest's
+    SHARED_FIXTURES)."""
+    cache: dict = {}
+
+    def get(patience: int):
+        if patience not in cache:
+            cache[patience] = solve_decentralized(tiny, constants={"binary_patience": patience,
+                                                                   "stall_tol": 0.0})
+        return cache[patience]
+    return get
+
+
 @pytest.mark.parametrize("mode", ["constant", "tau_eff"])
-def test_converges_with_both_vartheta_modes(mode):
+def test_converges_with_both_vartheta_modes(mode, tiny, converged_tiny):
     """The ML term's vartheta as a constant or as FedNova's tau_eff (a function of gamma and
-    D): the SCA converges and the solution is feasible either way."""
-    inst = make_instance("tiny", seed=0).copy(vartheta_mode=mode)
-    sol, info = solve_decentralized(inst, constants={"stall_tol": 0.0})   # to convergence
+    D): the SCA converges and the solution is feasible either way. (`tiny`'s own mode is the
+    constant one: its run is the binary-patience test's run with patience 0.)"""
+    if mode == "constant":
+        assert tiny.vartheta_mode == "constant"
+        inst, (sol, info) = tiny, converged_tiny(0)
+    else:
+        inst = tiny.copy(vartheta_mode=mode)
+        sol, info = solve_decentralized(inst, constants={"stall_tol": 0.0})   # to convergence
     assert info["stop_reason"] == "converged"
     assert info["violation_relaxed"] <= 1e-6
     assert system.evaluate(inst, sol).feasible
 
 
-def test_finishing_phase_descends_and_stops_when_J_stalls():
+def test_finishing_phase_descends_and_stops_when_J_stalls(tmp_path):
     """Finishing phase: J (the trace's obj_model, the model objective at the point) never rises
     by more than 1e-8 (relative) from one accepted point to the next (descent: such a step is
     rejected and u kept; on this instance J rises by more with descent off). The stall stop:
@@ -478,27 +498,25 @@ def test_finishing_phase_descends_and_stops_when_J_stalls():
     inst = make_instance("small", seed=5, rounds=3)   # J rises here without descent
     assert np.all(finishing_J(inst) <= 1e-8)
     assert np.any(finishing_J(inst, descent=False) > 1e-8)
-    paper, W = make_instance("paper", seed=0, rounds=2), 3
-    sol, info = solve_decentralized(paper, constants={"stall_tol": 1.0, "stall_window": W,
-                                                      **NO_SEARCH})
-    fin = [r for r in info["trace"] if r["phase"] == "fixed"]
-    assert info["stop_reason"] == "stalled"
-    assert len(fin) == W
-    assert system.evaluate(paper, sol).feasible
+    import pandas as pd
+    paper, W, trace = make_instance("paper", seed=0, rounds=2), 3, tmp_path / "trace.csv"
     res = solve(paper, "decentralized", DecentralizedOptions(stall_tol=1.0, stall_window=W,
-                                                             **NO_SEARCH))
+                                                             trace_path=str(trace), **NO_SEARCH))
+    assert res.info["stop_reason"] == "stalled"
     assert res.termination_condition == TerminationCondition.stalled
-    assert res.objective == pytest.approx(sol.objective, rel=1e-12)
+    assert (pd.read_csv(trace)["phase"] == "fixed").sum() == W
+    assert system.evaluate(paper, res.solution).feasible
+    assert res.objective == pytest.approx(system.evaluate(paper, res.solution).objective,
+                                          rel=1e-9)
 
 
-def test_binary_patience_hands_over_once_the_binaries_settle(tiny):
+def test_binary_patience_hands_over_once_the_binaries_settle(tiny, converged_tiny):
     """binary_patience = P: the relaxed phase stops ("binary") after P accepted iterations in a
     row with the forcing penalty on (rho > 0), every indicator binary and the rows held, and not
     before; 0: only on convergence. Either way the finishing phase converges to a feasible
     binary point."""
     for patience in (0, 2):
-        sol, info = solve_decentralized(tiny, constants={"binary_patience": patience,
-                                                         "stall_tol": 0.0})   # to convergence
+        sol, info = converged_tiny(patience)
         relaxed = [r for r in info["trace"] if r["phase"] == "relaxed"]
         assert info["stop_reason"] == "converged" and system.evaluate(tiny, sol).feasible
         if patience == 0:

@@ -24,8 +24,9 @@ from cefl_opt.solvers.mpi_backend import (MpiUnavailable, mpi_world, node_memory
 HERE = Path(__file__).parent
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
-# under pytest-xdist the mpiexec launches run on one worker, one at a time (`--dist loadgroup`)
-pytestmark = pytest.mark.xdist_group("mpi")
+# under pytest-xdist the mpiexec launches run on one worker, one at a time (`--dist loadgroup`);
+# the tests that launch nothing run on any worker
+one_launch_at_a_time = pytest.mark.xdist_group("mpi")
 
 
 def _adj(inst):
@@ -106,11 +107,20 @@ def _mpirun(n, *args, timeout=240):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _comm_cases():
+    """Each network on 2 and 3 ranks; in the default suite each network once, both rank counts
+    among them (every launch costs a start-up per rank), the other three `slow`."""
+    cases = [["tiny"], ["paper"],
+             ["paper", "--ues", "60", "--bss", "12", "--dcs", "4", "--reach", "3"]]
+    for i, case in enumerate(cases):
+        for ranks in (2, 3):
+            yield pytest.param(ranks, case, id=f"{ranks}-{'-'.join(case)}",
+                               marks=() if ranks == (3 if i % 2 == 0 else 2) else pytest.mark.slow)
+
+
 @needs_mpiexec
-@pytest.mark.parametrize("ranks", [2, 3])
-@pytest.mark.parametrize("case", [["tiny"], ["paper"],
-                                  ["paper", "--ues", "60", "--bss", "12", "--dcs", "4",
-                                   "--reach", "3"]])
+@one_launch_at_a_time
+@pytest.mark.parametrize("ranks, case", list(_comm_cases()))
 def test_mpi_comm_equals_local_comm(ranks, case):
     p = _mpirun(ranks, *case)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -118,6 +128,7 @@ def test_mpi_comm_equals_local_comm(ranks, case):
 
 
 @needs_mpiexec
+@one_launch_at_a_time
 def test_mpi_comm_equals_local_comm_with_relaying_ranks():
     """4 ranks on a sparse network: the rank graph's diameter is 2, so values cross a rank that
     relays them (sent on from what it received) and a reduce takes two rounds; every
@@ -128,6 +139,9 @@ def test_mpi_comm_equals_local_comm_with_relaying_ranks():
 
 
 @needs_mpiexec
+@one_launch_at_a_time
+@pytest.mark.slow   # six start-ups; in the default suite: test_mpi_solve.py's
+# test_mpi_solve_more_ranks_than_nodes_exits_2 (the same refusal through the command line)
 def test_more_ranks_than_nodes_exits_2_without_hanging():
     p = _mpirun(6, "tiny", timeout=120)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -233,6 +247,7 @@ def test_bench_scale_refuses_an_unknown_measure(capsys):
 
 
 @needs_mpiexec
+@one_launch_at_a_time
 def test_exchanges_between_two_ranks_are_counted_and_batched():
     """tests/mpi/exchange_check.py: a broadcast / reduce / max is one exchange between two
     ranks with the bytes counted from the plan; an inner solve of `it` iterations costs

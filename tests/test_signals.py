@@ -29,9 +29,17 @@ SOLVES = [("scip", ["--time-limit", "120"]), ("ipopt-enum", ["--sweeps", "3"]),
 POINTS = [(signal.SIGTERM, 0.5), (signal.SIGTERM, 2.5), (signal.SIGINT, 2.5)]
 
 
-@pytest.mark.parametrize("method,flags", SOLVES, ids=[m for m, _ in SOLVES])
-@pytest.mark.parametrize("sig,delay", POINTS, ids=[f"{signal.Signals(s).name}@{d}s"
-                                                   for s, d in POINTS])
+def _solve_points():
+    """Every (solve, signal point) pair; in the default suite each solve meets one point and
+    each point one solve (the diagonal), the other pairs are `slow`."""
+    for i, (method, flags) in enumerate(SOLVES):
+        for j, (sig, delay) in enumerate(POINTS):
+            yield pytest.param(method, flags, sig, delay,
+                               id=f"{signal.Signals(sig).name}@{delay}s-{method}",
+                               marks=() if i == j else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("method,flags,sig,delay", list(_solve_points()))
 def test_a_signal_during_a_solve_exits_cleanly(tmp_path, paper_net, method, flags, sig, delay):
     net = tmp_path / "net.json"
     net.write_bytes(paper_net.read_bytes())
