@@ -658,7 +658,9 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
         u_start, _ = _rounding(run, st.u0)
         starts.append(_finish_point(run, u_start, views, "start"))
     found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
-                         "aggregator_screened": 0, "refine_rounds": 0, "refine_moves": 0,
+                         "aggregator_screened": 0, "aggregator_batches": 0,
+                         "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0,
+                         "refine_rounds": 0, "refine_moves": 0,
                          "refine_accepted": 0, "group_moves": 0, "group_trials": 0,
                          "exact_trials": 0}
     phases = {}

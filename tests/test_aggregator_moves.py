@@ -151,7 +151,8 @@ def test_rank_estimates_puts_feasible_first_by_J_then_infeasible_by_violation():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
     """With estimates equal to the finished J, the best trial of each visit is among those
-    finished, so the screened search follows the full search move for move."""
+    finished, so the screened visits follow the full search move for move (`batch=False`);
+    with the batches too the search ends at a coordinate minimum no worse than the start."""
     T, S = 3, 5
     st = _fake_structure(T, S)
     rng = np.random.default_rng(seed)
@@ -162,11 +163,21 @@ def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
     calls, est_calls = [], []
     best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
                                       viol_tol=TOL, screen=1,
-                                      estimate=_table_estimate(st, table, est_calls))
+                                      estimate=_table_estimate(st, table, est_calls),
+                                      batch=False)
     assert agm.aggregators(st, best.u) == agm.aggregators(st, full.u) and best.J == full.J
     assert cnt["aggregator_visits"] == cnt_f["aggregator_visits"]
     assert len(calls) == cnt["aggregator_trials"] == cnt["aggregator_visits"]   # 1 per visit
     assert len(est_calls) == cnt["aggregator_screened"] == cnt["aggregator_visits"] * (S - 1)
+    calls = []
+    bat, cnt_b = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
+                                       viol_tol=TOL, screen=1,
+                                       estimate=_table_estimate(st, table, []))
+    key = tuple(agm.aggregators(st, bat.u))
+    assert bat.J == table[key] <= inc.J and cnt_b["aggregator_trials"] == len(calls)
+    for t in range(T):               # no single-round move improves the end point
+        for s in range(S):
+            assert table[key[:t] + (s,) + key[t + 1:]] >= bat.J
 
 
 def test_screen_finishes_only_the_best_estimates():
@@ -184,7 +195,8 @@ def test_screen_finishes_only_the_best_estimates():
     assert calls == [(4,), (2,)] and est_calls == [(1,), (2,), (3,), (4,)]
     assert agm.aggregators(st, best.u) == [2] and best.J == 1.5
     assert cnt == {"aggregator_trials": 2, "aggregator_moves": 1, "aggregator_visits": 1,
-                   "aggregator_screened": 4}
+                   "aggregator_screened": 4, "aggregator_batches": 0,
+                   "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0}
 
 
 @pytest.mark.parametrize("screen, estimated", [(3, True), (4, False), (9, False)])
@@ -495,3 +507,94 @@ def test_default_is_never_worse_than_the_search_free_run_and_a_zero_budget_is_th
     assert sz.objective == s0.objective and iz["aggregator_trials"] == 0
     _sb, ib = solve_decentralized(inst, constants={"search_budget": 1e9})
     assert ib["search_stop"] == "completed"
+
+
+# ---------------------------------------------------------------------- batches of moves
+def _batch_case(table, own_bad=(), afford=lambda: True):
+    """Rounds 0 and 1 of a 2 x 3 fake structure from (0, 0): the good move puts round 0 on
+    DC 1, the bad one round 1 on DC 1; `own_bad` lists the rounds whose own test fails."""
+    st = _fake_structure(2, 3)
+    calls, tally = [], agm.BatchTally()
+    inc = _cand(table[(0, 0)], u=_point(st, (0, 0)))
+    batch = agm.non_conflicting([agm._agg_move(st, 0, 1), agm._agg_move(st, 1, 1)])
+    out, acc = agm.take_batch(inc, batch, _table_finish(st, table, calls), viol_tol=TOL,
+                              tally=tally, keeps=lambda m, c: m.key[0] not in own_bad,
+                              afford=afford)
+    return st, inc, out, [m.key for m in acc], calls, tally
+
+
+def test_two_non_conflicting_moves_are_accepted_in_one_finishing_phase():
+    table = {(0, 0): 2.0, (1, 0): 1.8, (0, 1): 1.9, (1, 1): 1.5}
+    st, inc, out, acc, calls, tally = _batch_case(table)
+    assert calls == [(1, 1)] and tally.phases == 1 and tally.trials == 2
+    assert acc == [(0, 1), (1, 1)] and agm.aggregators(st, out.u) == [1, 1] and out.J == 1.5
+
+
+def test_a_conflicting_pair_is_not_batched():
+    st = _fake_structure(2, 3)
+    a, b, c = agm._agg_move(st, 0, 1), agm._agg_move(st, 0, 2), agm._agg_move(st, 1, 2)
+    assert agm.conflict(a, b) and not agm.conflict(a, c)          # one round: one region
+    assert [m.key for m in agm.non_conflicting([a, b, c])] == [(0, 1), (1, 2)]
+    assert [m.key for m in agm.non_conflicting([b, a, c])] == [(0, 2), (1, 2)]   # first kept
+    ue = agm.Move(key=("ue", 3), region=frozenset({(0, "ue3"), (0, "bs1")}), apply=None)
+    bs = agm.Move(key=("bs", 1), region=frozenset({(0, "bs1"), (0, "bs2")}), apply=None)
+    later = agm.Move(key=("bs", 1), region=frozenset({(1, "bs1")}), apply=None)
+    assert agm.conflict(ue, bs) and not agm.conflict(ue, later)
+
+
+def test_a_worse_batch_is_bisected_and_keeps_only_the_good_move():
+    """Every own test passes but the batch's point is worse than the incumbent: the halves
+    are finished one after the other; only the good move stays."""
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 2.2}
+    st, inc, out, acc, calls, tally = _batch_case(table)
+    assert calls == [(1, 1), (1, 0), (1, 1)] and tally.phases == 3
+    assert acc == [(0, 1)] and agm.aggregators(st, out.u) == [1, 0] and out.J == 1.5
+
+
+def test_a_move_that_fails_its_own_test_is_dropped_and_the_rest_finished_again():
+    """The batch's point is better than the incumbent, but the bad move fails its own test:
+    the good one is finished alone and kept, being better still; when the whole batch is
+    better than the good move alone, the batch is kept (the better finished point)."""
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 1.8}
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert calls == [(1, 1), (1, 0)] and tally.phases == 2 and tally.dropped == 1
+    assert acc == [(0, 1)] and out.J == 1.5
+    table[(1, 1)] = 1.2
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert calls == [(1, 1), (1, 0)] and acc == [(0, 1), (1, 1)] and out.J == 1.2
+    table[(1, 1)], table[(1, 0)] = 2.1, 2.05          # nothing beats the incumbent
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert out is inc and acc == [] and tally.phases == 2
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(0, 1))   # all dropped
+    assert out is inc and acc == [] and calls == [(1, 1)]
+
+
+def test_a_batch_asks_the_budget_before_every_finishing_phase():
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 2.2}
+    log = []
+    st, inc, out, acc, calls, tally = _batch_case(
+        table, afford=lambda: log.append(0) or len(log) <= 1)
+    assert calls == [(1, 1)] and out is inc and acc == []       # the halves are not paid
+    st, inc, out, acc, calls, tally = _batch_case(table, afford=lambda: False)
+    assert calls == [] and out is inc
+
+
+def test_the_search_batches_the_rounds_promising_moves():
+    """Exact estimates that promise a gain in both rounds: the cycle starts with one batch of
+    both moves (one finishing phase), then visits each round once more, and ends at a
+    coordinate minimum; without estimates there is no batch."""
+    T, S = 2, 4
+    st = _fake_structure(T, S)
+    table = {k: 2.0 - 0.2 * (k[0] == 2) - 0.3 * (k[1] == 3) for k in
+             itertools.product(range(S), repeat=T)}
+    inc = _cand(2.0, u=_point(st, (0, 0)))
+    calls = []
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=5,
+                                      viol_tol=TOL, screen=1,
+                                      estimate=_table_estimate(st, table, []))
+    assert calls[0] == (2, 3) and agm.aggregators(st, best.u) == [2, 3] and best.J == 1.5
+    assert cnt["aggregator_batches"] == 1 and cnt["aggregator_batch_moves"] == 2
+    assert cnt["aggregator_moves"] == 2 and cnt["aggregator_trials"] == len(calls) == 1 + T
+    _b, plain = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
+                                      viol_tol=TOL)
+    assert plain["aggregator_batches"] == 0
