@@ -400,6 +400,32 @@ def _lowers_a_shared_max(st: DecStructure, u: np.ndarray, lin: Linearisation, fr
     return views.var_sum(np.maximum(fall, 0.0)) > 1e-12
 
 
+def _tight_leavers(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np.ndarray,
+                   views: MoveViews, groups: list[np.ndarray]) -> np.ndarray:
+    """(len(groups),) bool, the same on every process: whether the group's UE, leaving its BS
+    (its indicator j to 0), lowers a *tight* row of an epigraph variable (a row at its max,
+    within a relative 1e-9, that reads j with a positive coefficient). At a tightened point no
+    epigraph variable falls unless every one of its tight rows falls, and at first only rows
+    that read j move, so a UE without such a row cannot let a shared max fall: the screen
+    `_lowers_a_shared_max` runs only for the flagged ones. One max-reduce, one broadcast, one
+    max-reduce and one spanning-tree sum for all groups together."""
+    rows, cols, a = st.jac_rows, st.jac_cols, lin.a
+    on = (st.epi_level >= 0) & (st.epi_dir > 0)
+    sel = on[cols] & free[rows] & (a < 0)                     # row k bounds epigraph e
+    val = np.where(sel, lin.c[rows] / np.maximum(np.abs(a), 1e-300), -np.inf)
+    top = views.at_nonzeros(views.max_to_vars(val))
+    tight = sel & (val >= top - 1e-9 * np.maximum(1.0, np.abs(top)))
+    tight_row = np.zeros(st.n_rows, dtype=bool)
+    tight_row[rows[tight]] = True
+    reads = views.max_to_vars(np.where(tight_row[rows] & (a > 0), 1.0, -np.inf)) > 0
+    x = u * st.scale
+    own = np.zeros((st.n_nodes, len(groups)))
+    for i, g in enumerate(groups):
+        if views.local_vars[g[0]]:
+            own[st.primary[g[0]], i] = float(reads[int(g[np.argmax(x[g])])])
+    return views.node_sum(own) > 0.5
+
+
 def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
                linearise: Callable[[np.ndarray], Linearisation], views: MoveViews
                ) -> tuple[np.ndarray, Linearisation]:
@@ -434,12 +460,17 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     `afford(passes)` (the search's budget, charged the screen's pass) says no before a UE. Returns (u', info)."""
     tops = _shared_tops(st)
     u, lin = _tightened(st, u, free, linearise, views)
-    f0, moves, tried = lin.f, 0, 0
+    f0, moves, tried, screened = lin.f, 0, 0, 0
+    groups = _groups(st)
     for _ in range(passes):
         moved = False
-        for g in _groups(st):
+        if not afford(1):        # the prefilter `_tight_leavers`: one pass
+            break
+        tight = _tight_leavers(st, u, lin, free, views, groups)
+        for g in (g for g, f in zip(groups, tight) if f):
             if not afford(1):    # the screen `_lowers_a_shared_max`: one pass
                 break
+            screened += 1
             x = u * st.scale
             j = int(g[np.argmax(x[g])])
             if not _lowers_a_shared_max(st, u, lin, free, views, j, tops):
@@ -459,7 +490,8 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
             fix_indicators_at(st, u)
         if not moved:
             break
-    return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}
+    return u, {"exact_moves": moves, "exact_trials": tried, "exact_screened": screened,
+               "exact_gain": f0 - lin.f}
 
 
 def _downlinks(st: DecStructure, u: np.ndarray, views: MoveViews) -> np.ndarray:

@@ -167,6 +167,23 @@ def test_the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR(preset, 
     assert 0 < sum(flagged.values()) < len(flagged) and fell_seen > 0
 
 
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2), ("paper", 5, 2)])
+def test_the_prefilter_keeps_every_ue_the_screen_flags_and_drops_most(preset, seed, T):
+    """Truth: `_lowers_a_shared_max` run for every group (it tightens the moved point). Every
+    group it flags has a tight row that reads its UE's BS (`_tight_leavers`), and the prefilter
+    drops most groups (the screen's cost then follows the tight rows, not the UEs)."""
+    inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
+    lin = st.linearise(u)
+    u = am.tighten_epigraphs(st, u, lin, free, views)
+    lin = st.linearise(u)
+    tops, groups, x = am._shared_tops(st), am._groups(st), u * st.scale
+    pre = am._tight_leavers(st, u, lin, free, views, groups)
+    truth = np.array([am._lowers_a_shared_max(st, u, lin, free, views,
+                                              int(g[np.argmax(x[g])]), tops) for g in groups])
+    assert truth.any() and not np.any(truth & ~pre)
+    assert pre.sum() < 0.5 * len(groups)
+
+
 def _moved_and_checked(move, key: str, inst, st, u, free, views, ev0: float):
     """`move` (exact_top_moves or exact_group_moves) to its end; checks that the end is feasible,
     that something moved and that P fell by the reported gain (`system.evaluate`)."""
