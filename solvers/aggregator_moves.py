@@ -150,16 +150,19 @@ class BatchTally:
 def take_batch(inc: Candidate, batch: list[Move], finish: Callable[[np.ndarray], Candidate],
                *, viol_tol: float, tally: BatchTally,
                keeps: Callable[[Move, Candidate], bool] = lambda m, c: True,
-               afford: Callable[[], bool] = lambda: True) -> tuple[Candidate, list[Move]]:
+               afford: Callable[[], bool] = lambda: True, depth: int | None = None
+               ) -> tuple[Candidate, list[Move]]:
     """The batch of non-conflicting moves made together at `inc` and finished once; then each
     move's own test at the finished point (`keeps`). When some fail it, the others are
     finished again without them (recursively) and the better of the two finished points is
     kept; when all pass and the point is not better than `inc`, the batch is bisected (the
     better-estimated half first, the other from its result). A point is returned only when it
     is better than `inc` (`better`), so J never rises; `afford()` (the search's budget) is
-    asked before every finishing phase. Returns (the candidate, the moves it holds)."""
-    if not batch or not afford():
+    asked before every finishing phase, and at most `depth` levels of dropping or bisection
+    follow the first (None: no limit). Returns (the candidate, the moves it holds)."""
+    if not batch or depth is not None and depth < 0 or not afford():
         return inc, []
+    deeper = None if depth is None else depth - 1
     u = inc.u
     for m in batch:
         u = m.apply(u)
@@ -171,7 +174,7 @@ def take_batch(inc: Candidate, batch: list[Move], finish: Callable[[np.ndarray],
     if len(kept) < len(batch):       # drop the moves that fail their own test, finish again
         tally.dropped += len(batch) - len(kept)
         sub, acc = take_batch(inc, kept, finish, viol_tol=viol_tol, tally=tally, keeps=keeps,
-                              afford=afford)
+                              afford=afford, depth=deeper)
         if better(cand, sub, viol_tol) and better(cand, inc, viol_tol):
             return cand, batch
         return sub, acc
@@ -179,9 +182,9 @@ def take_batch(inc: Candidate, batch: list[Move], finish: Callable[[np.ndarray],
         return cand, batch
     half = len(batch) // 2
     mid, first = take_batch(inc, batch[:half], finish, viol_tol=viol_tol, tally=tally,
-                            keeps=keeps, afford=afford)
+                            keeps=keeps, afford=afford, depth=deeper)
     end, second = take_batch(mid, batch[half:], finish, viol_tol=viol_tol, tally=tally,
-                             keeps=keeps, afford=afford)
+                             keeps=keeps, afford=afford, depth=deeper)
     return end, first + second
 
 

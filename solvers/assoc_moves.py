@@ -55,6 +55,7 @@ import numpy as np
 
 from cefl_opt.models.problem import EPIGRAPH_LEVELS
 
+from .aggregator_moves import Move
 from .sca import DecStructure, Linearisation
 
 _BIG = 1e30          # the cost of a trial that would leave a row violated or a bound crossed
@@ -566,3 +567,67 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         if not moved:
             break
     return u, {"group_moves": moves, "group_trials": tried, "group_gain": f0 - lin.f}
+
+
+def moved_groups(st: DecStructure, u0: np.ndarray, u1: np.ndarray, views: MoveViews
+                 ) -> list[tuple[int, int, int, int, np.ndarray]]:
+    """The UE groups whose BS differs between u0 and u1, the same list on every process: each
+    UE writes its own groups' (old BS, new BS) in its node's row and the rows are summed over
+    the spanning tree (`views.node_sum`), as in `_downlinks`. Each as (round, UE, old BS, new
+    BS, the group's indicator row (BS -> index, -1 where absent)); uplinks then downlinks."""
+    out = []
+    for key in ("Inb", "Ibn"):
+        ix = st.idx[key]
+        T, N, _B = ix.shape
+        own = np.zeros((st.n_nodes, 2 * T * N))
+        for t, n in np.ndindex(T, N):
+            g = ix[t, n][ix[t, n] >= 0]
+            if len(g) < 2 or not views.local_vars[g[0]]:
+                continue
+            old = int(np.argmax(np.where(ix[t, n] >= 0, (u0 * st.scale)[np.maximum(ix[t, n], 0)],
+                                         -np.inf)))
+            new = int(np.argmax(np.where(ix[t, n] >= 0, (u1 * st.scale)[np.maximum(ix[t, n], 0)],
+                                         -np.inf)))
+            own[st.primary[g[0]], [2 * (t * N + n), 2 * (t * N + n) + 1]] = old + 1, new + 1
+        ob = np.rint(views.node_sum(own)).astype(np.int64).reshape(T, N, 2) - 1
+        for t, n in np.ndindex(T, N):
+            if ob[t, n, 0] >= 0 and ob[t, n, 0] != ob[t, n, 1]:
+                out.append((t, n, int(ob[t, n, 0]), int(ob[t, n, 1]), ix[t, n]))
+    return out
+
+
+def move_components(st: DecStructure, moved: list[tuple[int, int, int, int, np.ndarray]]
+                    ) -> list[Move]:
+    """The moved groups as batch moves (`aggregator_moves.Move`): a group's region is its UE
+    and its old and new BS in its round (their rows read its indicators, and the BSs' maxima
+    over their UEs); groups whose regions meet are joined (a whole BS's group move is one),
+    so the moves returned never conflict. Each move sets its groups' indicators to the new BS."""
+    regions = [frozenset({(t, "ue", n), (t, "bs", a), (t, "bs", b)}) for t, n, a, b, _ in moved]
+    parent = list(range(len(moved)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    seen: dict = {}
+    for i, reg in enumerate(regions):
+        for item in sorted(reg, key=repr):
+            j = seen.setdefault(item, i)
+            parent[root(i)] = root(j)
+    comps: dict[int, list[int]] = {}
+    for i in range(len(moved)):
+        comps.setdefault(root(i), []).append(i)
+
+    def setter(members: list[int]):
+        def apply(u: np.ndarray) -> np.ndarray:
+            out = u.copy()
+            for i in members:
+                row, b = moved[i][4], moved[i][3]
+                out[row[row >= 0]] = 0.0
+                out[row[b]] = 1.0 / st.scale[row[b]]
+            return out
+        return apply
+    return [Move(key=tuple((moved[i][0], moved[i][1]) for i in m),
+                 region=frozenset().union(*(regions[i] for i in m)), apply=setter(m))
+            for m in sorted(comps.values())]

@@ -367,6 +367,7 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budg
     monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
     monkeypatch.setattr(dz, "_finishing_phase", fake_finish)
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
+    monkeypatch.setattr(dz, "_refine_subsets", lambda run, inc, u, views, cnt: (inc, []))
     run = SimpleNamespace(st=SimpleNamespace(n_rows=2, force_rows=np.array([], int)),
                           k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
                           dec=False, finished=[], budget=budget,
@@ -379,7 +380,8 @@ def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
     assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
-                   "group_moves": 0, "group_trials": 9, "exact_trials": 6}
+                   "group_moves": 0, "group_trials": 9, "exact_trials": 6,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
 
@@ -389,7 +391,8 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
     assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
-                   "group_moves": 0, "group_trials": 3, "exact_trials": 2}
+                   "group_moves": 0, "group_trials": 3, "exact_trials": 2,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 def test_refine_rounds_bound_the_work(monkeypatch):
@@ -401,14 +404,16 @@ def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 0, "group_trials": 6, "exact_trials": 4}
+                   "group_moves": 0, "group_trials": 6, "exact_trials": 4,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 3, "group_trials": 6, "exact_trials": 4}
+                   "group_moves": 3, "group_trials": 6, "exact_trials": 4,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 # ------------------------------------------------------------ the screen and groups over MPI
