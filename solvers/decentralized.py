@@ -602,7 +602,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     gmax = run.inner.global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
-           "group_trials": 0, "exact_trials": 0, "refine_subsets": 0,
+           "group_trials": 0, "exact_trials": 0, "exact_screened": 0, "refine_subsets": 0,
            "refine_subset_moves": 0}
     timed = run.timed
 
@@ -624,6 +624,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
         cnt["exact_trials"] += exact["exact_trials"]
+        cnt["exact_screened"] += exact.get("exact_screened", 0)
         n_moved = moved["association_moves"] + exact["exact_moves"] + group["group_moves"]
         if n_moved == 0 or not afford():   # an unfinished moved point is never taken
             break
@@ -706,7 +707,8 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                          "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0,
                          "refine_rounds": 0, "refine_moves": 0,
                          "refine_accepted": 0, "group_moves": 0, "group_trials": 0,
-                         "exact_trials": 0, "refine_subsets": 0, "refine_subset_moves": 0}
+                         "exact_trials": 0, "exact_screened": 0, "refine_subsets": 0,
+                         "refine_subset_moves": 0}
     phases = {}
     for c in starts:
         t_a = time.perf_counter()

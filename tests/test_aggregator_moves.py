@@ -380,7 +380,7 @@ def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
     assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
-                   "group_moves": 0, "group_trials": 9, "exact_trials": 6,
+                   "group_moves": 0, "group_trials": 9, "exact_trials": 6, "exact_screened": 0,
                    "refine_subsets": 0, "refine_subset_moves": 0}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
@@ -391,7 +391,7 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
     assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
-                   "group_moves": 0, "group_trials": 3, "exact_trials": 2,
+                   "group_moves": 0, "group_trials": 3, "exact_trials": 2, "exact_screened": 0,
                    "refine_subsets": 0, "refine_subset_moves": 0}
 
 
@@ -404,7 +404,7 @@ def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 0, "group_trials": 6, "exact_trials": 4,
+                   "group_moves": 0, "group_trials": 6, "exact_trials": 4, "exact_screened": 0,
                    "refine_subsets": 0, "refine_subset_moves": 0}
 
 
@@ -412,7 +412,7 @@ def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 3, "group_trials": 6, "exact_trials": 4,
+                   "group_moves": 3, "group_trials": 6, "exact_trials": 4, "exact_screened": 0,
                    "refine_subsets": 0, "refine_subset_moves": 0}
 
 

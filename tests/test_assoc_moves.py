@@ -4,6 +4,7 @@ Truth: `system.evaluate` of the orchestration with one UE's uplink or downlink B
 everything else held (it recomputes every max term exactly). A trial's predicted change of J
 is exact unless a round's dA or dR would fall (the moves price those by their rise only), and
 never below the true change."""
+import itertools
 import warnings
 
 import numpy as np
@@ -14,6 +15,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 from cefl_opt import system  # noqa: E402
 from cefl_opt.generator import make_instance  # noqa: E402
 from cefl_opt.models import clip_to_bounds  # noqa: E402
+from cefl_opt.solvers import aggregator_moves as agm  # noqa: E402
 from cefl_opt.solvers import assoc_moves as am  # noqa: E402
 from cefl_opt.solvers.decentralized import _fix_indicators, solve_decentralized  # noqa: E402
 from cefl_opt.solvers.sca import build_structure  # noqa: E402
@@ -440,3 +442,32 @@ def test_exact_moves_take_the_best_of_several_targets():
                 checked += 1
             arr[n] = keep
     assert checked >= 4 * 2
+
+
+# ---------------------------------------------------------------- a rejected round's batches
+def test_moved_groups_and_their_components_do_not_conflict():
+    """Truth: the hand downlinks. Round 0: UEs 1 and 2 leave BS 1 for BS 3 (one BS's group:
+    one component), UE 5 leaves BS 2 for BS 0 (another); round 1: UE 2 leaves BS 3 for BS 2.
+    The components never conflict, and applying them all gives the moved point's BSs."""
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    before = [[0, 1, 1] + [2] * (N - 3), [3] * N]
+    after = [[0, 3, 3] + [2] * (N - 3), [3] * N]
+    after[0][5], after[1][2] = 0, 2
+    links = inst.ue_links()
+    assert all(b in links[n] for d in (before, after) for t in range(2)
+               for n, b in enumerate(d[t]))
+    u0 = _with_downlinks(st, u, free, views, before)
+    u1 = _with_downlinks(st, u, free, views, after)
+    moved = am.moved_groups(st, u0, u1, views)
+    assert [(t, n, a, b) for t, n, a, b, _row in moved] == [
+        (0, 1, 1, 3), (0, 2, 1, 3), (0, 5, 2, 0), (1, 2, 3, 2)]
+    comps = am.move_components(st, moved)
+    assert [m.key for m in comps] == [((0, 1), (0, 2)), ((0, 5),), ((1, 2),)]
+    assert all(not agm.conflict(a, b) for a, b in itertools.combinations(comps, 2))
+    x = u0
+    for m in comps:
+        x = m.apply(x)
+    got = _solution(inst, st, x)
+    assert [list(r.downlink_bs) for r in got.rounds] == after
+    assert am.moved_groups(st, u0, u0, views) == []
