@@ -423,8 +423,9 @@ _BIN = Path(sys.executable).parent
 @pytest.mark.skipif(not (_BIN / "mpiexec").exists(), reason="mpiexec not in the venv")
 @pytest.mark.xdist_group("mpi")      # the mpiexec launches run on one xdist worker
 def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
-    """Four DCs, a screen of 1 (the estimates' collectives) and the group moves of `_refine`
-    (3 outer iterations per phase), over 2 processes and over 1: the same decisions and the same objective, bit for bit."""
+    """Four DCs, a screen of 1 (the estimates' collectives, a batch of two rounds' moves), the
+    exact moves' prefilter and the group moves of `_refine` (3 outer iterations per phase),
+    over 2 processes and over 1: the same decisions and the same objective, bit for bit."""
     import json
     import os
     inst = make_instance("small", seed=3, rounds=2, dcs=4)
@@ -432,6 +433,7 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     inst.save(net)
     _sol, local = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
     assert local["aggregator_screened"] > 0 and local["group_trials"] > 0
+    assert local["aggregator_batch_moves"] > 0 and local["exact_screened"] > 0
     out = tmp_path / "sol.json"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
@@ -443,7 +445,9 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     got = json.loads(out.read_text())
     assert got["objective"] == local["objective"]
     for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
-                "aggregators_final", "search_stop", "search_passes", "search_finishing_phases"):
+                "aggregators_final", "search_stop", "search_passes", "search_finishing_phases",
+                "aggregator_batches", "aggregator_batch_moves", "aggregator_batch_dropped",
+                "exact_screened", "exact_trials", "refine_subsets", "refine_subset_moves"):
         assert got["info"][key] == local[key], key
 
 
