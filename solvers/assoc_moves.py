@@ -410,6 +410,8 @@ def _tight_leavers(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np
     that read j move, so a UE without such a row cannot let a shared max fall: the screen
     `_lowers_a_shared_max` runs only for the flagged ones. One max-reduce, one broadcast, one
     max-reduce and one spanning-tree sum for all groups together."""
+    if not groups:
+        return np.zeros(0, dtype=bool)
     rows, cols, a = st.jac_rows, st.jac_cols, lin.a
     on = (st.epi_level >= 0) & (st.epi_dir > 0)
     sel = on[cols] & free[rows] & (a < 0)                     # row k bounds epigraph e
