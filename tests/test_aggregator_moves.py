@@ -607,3 +607,18 @@ def test_the_search_batches_the_rounds_promising_moves():
     _b, plain = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
                                       viol_tol=TOL)
     assert plain["aggregator_batches"] == 0
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_batched_search_is_never_worse_than_the_search_free_run(seed):
+    """Four DCs, a screen of 1 and 3 outer iterations per phase: the estimates promise gains,
+    so the rounds' moves are batched (seed 3: two moves in one finishing phase); the end is
+    feasible and at or below the search-free run's objective."""
+    inst = make_instance("small", seed=seed, rounds=2, dcs=4)
+    free_k = {"agg_passes": 0, "candidates": 1, "refine_rounds": 0}
+    s0, _i0 = solve_decentralized(inst, constants=free_k, max_outer=3)
+    s1, i1 = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
+    assert s1.objective <= s0.objective * (1 + 1e-12) and system.evaluate(inst, s1).feasible
+    assert i1["aggregator_batches"] > 0 and i1["central_steps"] == []
+    if seed == 3:
+        assert i1["aggregator_batch_moves"] == 2
