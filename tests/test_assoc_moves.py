@@ -471,3 +471,37 @@ def test_moved_groups_and_their_components_do_not_conflict():
     got = _solution(inst, st, x)
     assert [list(r.downlink_bs) for r in got.rounds] == after
     assert am.moved_groups(st, u0, u0, views) == []
+
+
+def test_a_rejected_rounds_halves_are_finished_and_only_a_better_half_is_taken(monkeypatch):
+    """`decentralized._refine_subsets` on the moves above, with the finishing phase replaced by
+    a table: J = 2 - 0.5 (round 0's BS-1 group moved) + 0.6 (UE 5 moved) + 0.1 (round 1's
+    UE 2 moved). All three together (2.2) were rejected; the first half (the group move,
+    1.5) is taken, the second (UE 5 and UE 2, back to 2.2) is not: two finishing phases."""
+    from types import SimpleNamespace
+
+    from cefl_opt.solvers import decentralized as dz
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    before = [[0, 1, 1] + [2] * (N - 3), [3] * N]
+    after = [[0, 3, 3, 2, 2, 0] + [2] * (N - 6), [3, 3, 2] + [3] * (N - 3)]
+    u0 = _with_downlinks(st, u, free, views, before)
+    u1 = _with_downlinks(st, u, free, views, after)
+
+    def J(x):
+        d = am._downlinks(st, x, views)
+        return 2.0 - 0.5 * (d[0, 1] == 3) + 0.6 * (d[0, 5] == 0) + 0.1 * (d[1, 2] == 2)
+    monkeypatch.setattr(dz, "_finishing_phase", lambda run, x: (x.copy(), [], "converged"))
+    monkeypatch.setattr(dz, "_network_value", lambda run, x: (float(J(x)), 0.0))
+    run = SimpleNamespace(st=st, k=SimpleNamespace(viol_tol=1e-6), dec=False, budget=None,
+                          finished=[])
+    inc = agm.Candidate(u=u0, J=2.0, viol=0.0, start="relaxed")
+    assert J(u1) == pytest.approx(2.2)
+    cnt = {"refine_subsets": 0, "refine_subset_moves": 0}
+    out, kept = dz._refine_subsets(run, inc, u1, views, cnt)
+    assert out.J == 1.5 and [m.key for m in kept] == [((0, 1), (0, 2))]
+    assert am._downlinks(st, out.u, views).tolist() == [[0, 3, 3] + [2] * (N - 3), [3] * N]
+    assert cnt == {"refine_subsets": 2, "refine_subset_moves": 1} and len(run.finished) == 2
+    worse = agm.Candidate(u=u0, J=1.0, viol=0.0, start="relaxed")   # nothing beats it
+    out, kept = dz._refine_subsets(run, worse, u1, views, cnt)
+    assert out is worse and kept == []
