@@ -249,8 +249,8 @@ def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
     s' (`finish(u)`, indicators fixed at u's), or only the `screen` best by `estimate` when
     there are more (the screen), and keeps the best if it beats the incumbent. With estimates,
     every cycle starts with a batch of the rounds' promising moves (`_batch_step`), finished
-    together (`batch`; False: the visits alone). It stops once T visits in a row accepted nothing (no single-round move then
-    improves) or after `passes` x T visits, or when `afford()` (the search's budget) says no
+    together (`batch`; False: the visits alone). It stops once T visits in a row accepted
+    nothing (no single-round move then improves) or after `passes` x T visits, or when `afford()` (the search's budget) says no
     before an estimate or a finishing phase. Returns the best candidate and counts
     {"aggregator_trials" (finishing phases), "aggregator_moves", "aggregator_visits",
     "aggregator_screened" (estimates), "aggregator_batches", "aggregator_batch_moves",

@@ -33,10 +33,18 @@ trials' parts and of the vetoes over the same relay trees, the global tests.
 is priced by its rise only, so it can look worse than it is (a downlink move that ends a
 round's slowest downlink lowers dR, and with it the delay and the ML bound). The UEs whose
 leaving lets dA or dR fall are found by the rows' hosts (the rows are affine in the UE's
-indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls);
+indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls),
+after one prefilter for all UEs together: only a UE with a *tight* row (at its epigraph
+variable's max) that reads its BS can let a max fall, since at a tightened point an epigraph
+variable falls only when all its tight rows fall and at first only the UE's rows move;
 each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
 the spanning tree, the largest violation max-reduced), and the best is taken when it is
 feasible and lowers J, one UE at a time.
+
+*Batches of a refinement round* (`moved_groups`, `move_components`): the UE groups whose BS
+changed between two points, the same list on every process, joined where their regions (the UE
+and its old and new BS in its round) meet, as moves that never conflict
+(`aggregator_moves.take_batch`).
 
 *Group moves* (`exact_group_moves`, at a finished point): a BS's downlink delay delta^B_b is
 the max over the UEs it serves (and enters a round's dR), so it falls only when every one of
@@ -456,11 +464,13 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                     ) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves the priced trials cannot see: a trial of a UE whose leaving lets a shared max
     (dA, dR) fall is priced by its rise only (module docstring). Such UEs are found by
-    `_lowers_a_shared_max`; each of their trials is evaluated exactly (the moved point, its
-    epigraphs tightened, J summed over the spanning tree and the largest violation of the
-    non-forcing rows max-reduced) and the best is taken when it is feasible and lowers J, one
-    UE at a time (so J falls with every move); up to `passes` sweeps, stopped when
-    `afford(passes)` (the search's budget, charged the screen's pass) says no before a UE. Returns (u', info)."""
+    `_lowers_a_shared_max`, run once per sweep for the UEs the prefilter `_tight_leavers`
+    keeps; each of their trials is evaluated exactly (the moved point, its epigraphs
+    tightened, J summed over the spanning tree and the largest violation of the non-forcing
+    rows max-reduced) and the best is taken when it is feasible and lowers J, one UE at a time
+    (so J falls with every move); up to `passes` sweeps, stopped when `afford(passes)` (the
+    search's budget, charged the prefilter's and each screen's pass) says no. Returns (u',
+    info)."""
     tops = _shared_tops(st)
     u, lin = _tightened(st, u, free, linearise, views)
     f0, moves, tried, screened = lin.f, 0, 0, 0
