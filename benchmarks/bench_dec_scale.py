@@ -58,7 +58,9 @@ def _worker(job: dict) -> dict:
            "stop_reason": info.get("stop_reason")}
     for key in ("search_stop", "search_passes", "search_budget_passes",
                 "search_finishing_phases", "aggregator_trials", "aggregator_screened",
-                "refine_rounds", "exact_trials", "group_trials"):
+                "refine_rounds", "exact_trials", "exact_screened", "group_trials",
+                "aggregator_batches", "aggregator_batch_moves", "refine_subsets",
+                "refine_subset_moves"):
         row[key] = info.get(key)
     times = info.get("search_times") or {}
     row.update({f"search.{k}": times.get(k, 0.0) for k in SEARCH_TIMES})

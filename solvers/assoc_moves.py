@@ -33,10 +33,18 @@ trials' parts and of the vetoes over the same relay trees, the global tests.
 is priced by its rise only, so it can look worse than it is (a downlink move that ends a
 round's slowest downlink lowers dR, and with it the delay and the ML bound). The UEs whose
 leaving lets dA or dR fall are found by the rows' hosts (the rows are affine in the UE's
-indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls);
+indicators: the change of its rows, the epigraphs tightened on it, a sum-reduce of the falls),
+after one prefilter for all UEs together: only a UE with a *tight* row (at its epigraph
+variable's max) that reads its BS can let a max fall, since at a tightened point an epigraph
+variable falls only when all its tight rows fall and at first only the UE's rows move;
 each of their trials is evaluated exactly (the moved point's epigraphs tightened, J summed over
 the spanning tree, the largest violation max-reduced), and the best is taken when it is
 feasible and lowers J, one UE at a time.
+
+*Batches of a refinement round* (`moved_groups`, `move_components`): the UE groups whose BS
+changed between two points, the same list on every process, joined where their regions (the UE
+and its old and new BS in its round) meet, as moves that never conflict
+(`aggregator_moves.take_batch`).
 
 *Group moves* (`exact_group_moves`, at a finished point): a BS's downlink delay delta^B_b is
 the max over the UEs it serves (and enters a round's dR), so it falls only when every one of
@@ -55,6 +63,7 @@ import numpy as np
 
 from cefl_opt.models.problem import EPIGRAPH_LEVELS
 
+from .aggregator_moves import Move
 from .sca import DecStructure, Linearisation
 
 _BIG = 1e30          # the cost of a trial that would leave a row violated or a bound crossed
@@ -400,6 +409,34 @@ def _lowers_a_shared_max(st: DecStructure, u: np.ndarray, lin: Linearisation, fr
     return views.var_sum(np.maximum(fall, 0.0)) > 1e-12
 
 
+def _tight_leavers(st: DecStructure, u: np.ndarray, lin: Linearisation, free: np.ndarray,
+                   views: MoveViews, groups: list[np.ndarray]) -> np.ndarray:
+    """(len(groups),) bool, the same on every process: whether the group's UE, leaving its BS
+    (its indicator j to 0), lowers a *tight* row of an epigraph variable (a row at its max,
+    within a relative 1e-9, that reads j with a positive coefficient). At a tightened point no
+    epigraph variable falls unless every one of its tight rows falls, and at first only rows
+    that read j move, so a UE without such a row cannot let a shared max fall: the screen
+    `_lowers_a_shared_max` runs only for the flagged ones. One max-reduce, one broadcast, one
+    max-reduce and one spanning-tree sum for all groups together."""
+    if not groups:
+        return np.zeros(0, dtype=bool)
+    rows, cols, a = st.jac_rows, st.jac_cols, lin.a
+    on = (st.epi_level >= 0) & (st.epi_dir > 0)
+    sel = on[cols] & free[rows] & (a < 0)                     # row k bounds epigraph e
+    val = np.where(sel, lin.c[rows] / np.maximum(np.abs(a), 1e-300), -np.inf)
+    top = views.at_nonzeros(views.max_to_vars(val))
+    tight = sel & (val >= top - 1e-9 * np.maximum(1.0, np.abs(top)))
+    tight_row = np.zeros(st.n_rows, dtype=bool)
+    tight_row[rows[tight]] = True
+    reads = views.max_to_vars(np.where(tight_row[rows] & (a > 0), 1.0, -np.inf)) > 0
+    x = u * st.scale
+    own = np.zeros((st.n_nodes, len(groups)))
+    for i, g in enumerate(groups):
+        if views.local_vars[g[0]]:
+            own[st.primary[g[0]], i] = float(reads[int(g[np.argmax(x[g])])])
+    return views.node_sum(own) > 0.5
+
+
 def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
                linearise: Callable[[np.ndarray], Linearisation], views: MoveViews
                ) -> tuple[np.ndarray, Linearisation]:
@@ -427,19 +464,26 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                     ) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves the priced trials cannot see: a trial of a UE whose leaving lets a shared max
     (dA, dR) fall is priced by its rise only (module docstring). Such UEs are found by
-    `_lowers_a_shared_max`; each of their trials is evaluated exactly (the moved point, its
-    epigraphs tightened, J summed over the spanning tree and the largest violation of the
-    non-forcing rows max-reduced) and the best is taken when it is feasible and lowers J, one
-    UE at a time (so J falls with every move); up to `passes` sweeps, stopped when
-    `afford(passes)` (the search's budget, charged the screen's pass) says no before a UE. Returns (u', info)."""
+    `_lowers_a_shared_max`, run once per sweep for the UEs the prefilter `_tight_leavers`
+    keeps; each of their trials is evaluated exactly (the moved point, its epigraphs
+    tightened, J summed over the spanning tree and the largest violation of the non-forcing
+    rows max-reduced) and the best is taken when it is feasible and lowers J, one UE at a time
+    (so J falls with every move); up to `passes` sweeps, stopped when `afford(passes)` (the
+    search's budget, charged the prefilter's and each screen's pass) says no. Returns (u',
+    info)."""
     tops = _shared_tops(st)
     u, lin = _tightened(st, u, free, linearise, views)
-    f0, moves, tried = lin.f, 0, 0
+    f0, moves, tried, screened = lin.f, 0, 0, 0
+    groups = _groups(st)
     for _ in range(passes):
         moved = False
-        for g in _groups(st):
+        if not afford(1):        # the prefilter `_tight_leavers`: one pass
+            break
+        tight = _tight_leavers(st, u, lin, free, views, groups)
+        for g in (g for g, f in zip(groups, tight) if f):
             if not afford(1):    # the screen `_lowers_a_shared_max`: one pass
                 break
+            screened += 1
             x = u * st.scale
             j = int(g[np.argmax(x[g])])
             if not _lowers_a_shared_max(st, u, lin, free, views, j, tops):
@@ -459,7 +503,8 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
             fix_indicators_at(st, u)
         if not moved:
             break
-    return u, {"exact_moves": moves, "exact_trials": tried, "exact_gain": f0 - lin.f}
+    return u, {"exact_moves": moves, "exact_trials": tried, "exact_screened": screened,
+               "exact_gain": f0 - lin.f}
 
 
 def _downlinks(st: DecStructure, u: np.ndarray, views: MoveViews) -> np.ndarray:
@@ -534,3 +579,67 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
         if not moved:
             break
     return u, {"group_moves": moves, "group_trials": tried, "group_gain": f0 - lin.f}
+
+
+def moved_groups(st: DecStructure, u0: np.ndarray, u1: np.ndarray, views: MoveViews
+                 ) -> list[tuple[int, int, int, int, np.ndarray]]:
+    """The UE groups whose BS differs between u0 and u1, the same list on every process: each
+    UE writes its own groups' (old BS, new BS) in its node's row and the rows are summed over
+    the spanning tree (`views.node_sum`), as in `_downlinks`. Each as (round, UE, old BS, new
+    BS, the group's indicator row (BS -> index, -1 where absent)); uplinks then downlinks."""
+    out = []
+    for key in ("Inb", "Ibn"):
+        ix = st.idx[key]
+        T, N, _B = ix.shape
+        own = np.zeros((st.n_nodes, 2 * T * N))
+        for t, n in np.ndindex(T, N):
+            g = ix[t, n][ix[t, n] >= 0]
+            if len(g) < 2 or not views.local_vars[g[0]]:
+                continue
+            old = int(np.argmax(np.where(ix[t, n] >= 0, (u0 * st.scale)[np.maximum(ix[t, n], 0)],
+                                         -np.inf)))
+            new = int(np.argmax(np.where(ix[t, n] >= 0, (u1 * st.scale)[np.maximum(ix[t, n], 0)],
+                                         -np.inf)))
+            own[st.primary[g[0]], [2 * (t * N + n), 2 * (t * N + n) + 1]] = old + 1, new + 1
+        ob = np.rint(views.node_sum(own)).astype(np.int64).reshape(T, N, 2) - 1
+        for t, n in np.ndindex(T, N):
+            if ob[t, n, 0] >= 0 and ob[t, n, 0] != ob[t, n, 1]:
+                out.append((t, n, int(ob[t, n, 0]), int(ob[t, n, 1]), ix[t, n]))
+    return out
+
+
+def move_components(st: DecStructure, moved: list[tuple[int, int, int, int, np.ndarray]]
+                    ) -> list[Move]:
+    """The moved groups as batch moves (`aggregator_moves.Move`): a group's region is its UE
+    and its old and new BS in its round (their rows read its indicators, and the BSs' maxima
+    over their UEs); groups whose regions meet are joined (a whole BS's group move is one),
+    so the moves returned never conflict. Each move sets its groups' indicators to the new BS."""
+    regions = [frozenset({(t, "ue", n), (t, "bs", a), (t, "bs", b)}) for t, n, a, b, _ in moved]
+    parent = list(range(len(moved)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    seen: dict = {}
+    for i, reg in enumerate(regions):
+        for item in sorted(reg, key=repr):
+            j = seen.setdefault(item, i)
+            parent[root(i)] = root(j)
+    comps: dict[int, list[int]] = {}
+    for i in range(len(moved)):
+        comps.setdefault(root(i), []).append(i)
+
+    def setter(members: list[int]):
+        def apply(u: np.ndarray) -> np.ndarray:
+            out = u.copy()
+            for i in members:
+                row, b = moved[i][4], moved[i][3]
+                out[row[row >= 0]] = 0.0
+                out[row[b]] = 1.0 / st.scale[row[b]]
+            return out
+        return apply
+    return [Move(key=tuple((moved[i][0], moved[i][1]) for i in m),
+                 region=frozenset().union(*(regions[i] for i in m)), apply=setter(m))
+            for m in sorted(comps.values())]

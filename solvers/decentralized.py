@@ -65,9 +65,10 @@ from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
 from . import fixed_nlp
-from .aggregator_moves import Candidate, aggregator_search, best_of, better
+from .aggregator_moves import BatchTally, Candidate, aggregator_search, best_of, better, take_batch
 from .assoc_moves import (MoveViews, association_moves, central_views, exact_group_moves,
-                          exact_top_moves, fix_indicators_at, tighten_epigraphs)
+                          exact_top_moves, fix_indicators_at, move_components, moved_groups,
+                          tighten_epigraphs)
 from .dec_comm import Comm, LocalComm
 from .primal_dual import InnerSolver, PDConstants, resolve_constants
 from .sca import DecStructure, Linearisation, build_structure, restore_epigraphs, run_sca, take
@@ -601,7 +602,8 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     gmax = run.inner.global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
-           "group_trials": 0, "exact_trials": 0}
+           "group_trials": 0, "exact_trials": 0, "exact_screened": 0, "refine_subsets": 0,
+           "refine_subset_moves": 0}
     timed = run.timed
 
     def afford(passes: int = 0) -> bool:
@@ -622,6 +624,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
         cnt["exact_trials"] += exact["exact_trials"]
+        cnt["exact_screened"] += exact.get("exact_screened", 0)
         n_moved = moved["association_moves"] + exact["exact_moves"] + group["group_moves"]
         if n_moved == 0 or not afford():   # an unfinished moved point is never taken
             break
@@ -632,11 +635,53 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
                          start=inc.start)
         run.finished.append(cand)
         if not better(cand, inc, k.viol_tol):
-            break
+            inc, kept = _refine_subsets(run, inc, u_moved, views, cnt)
+            if not kept:
+                break
+            continue
         inc = cand
         cnt["refine_accepted"] += 1
     fix_indicators_at(st, inc.u)
     return inc, cnt
+
+
+#: levels of bisection after a refinement round's batch is rejected (1: its two halves)
+SUBSET_DEPTH = 1
+
+
+def _refine_subsets(run: DecentralizedRun, inc: Candidate, u_moved: np.ndarray, views,
+                    cnt: dict) -> tuple[Candidate, list]:
+    """A refinement round's moves, rejected together, split into batches of non-conflicting
+    moves (`assoc_moves.move_components`: groups whose regions meet are one move) and
+    bisected (`aggregator_moves.take_batch`, at most SUBSET_DEPTH levels): a subset is taken
+    when its finished point is better than `inc`. Counts "refine_subsets" (finishing phases)
+    and "refine_subset_moves" (moves taken)."""
+    st, free = run.st, _free_rows(run.st)
+    lin_fn = _linearise_fn(run)
+    comps = move_components(st, moved_groups(st, inc.u, u_moved, views))
+    if len(comps) < 2:
+        return inc, []
+
+    def finish(u: np.ndarray) -> Candidate:
+        fix_indicators_at(st, u)
+        u = tighten_epigraphs(st, u, lin_fn(u), free, views)
+        u_fin, records, reason = _finishing_phase(run, u)
+        J, viol = _network_value(run, u_fin)
+        cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
+                         start=inc.start)
+        run.finished.append(cand)
+        return cand
+    tally = BatchTally()
+    half = len(comps) // 2
+    out, kept = inc, []
+    for part in (comps[:half], comps[half:]):
+        out, acc = take_batch(out, part, finish, viol_tol=run.k.viol_tol, tally=tally,
+                              afford=lambda: _afford(run), depth=SUBSET_DEPTH - 1)
+        kept += acc
+    cnt["refine_subsets"] += tally.phases
+    cnt["refine_subset_moves"] += len(kept)
+    fix_indicators_at(st, out.u)
+    return out, kept
 
 
 def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
@@ -658,9 +703,12 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
         u_start, _ = _rounding(run, st.u0)
         starts.append(_finish_point(run, u_start, views, "start"))
     found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
-                         "aggregator_screened": 0, "refine_rounds": 0, "refine_moves": 0,
+                         "aggregator_screened": 0, "aggregator_batches": 0,
+                         "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0,
+                         "refine_rounds": 0, "refine_moves": 0,
                          "refine_accepted": 0, "group_moves": 0, "group_trials": 0,
-                         "exact_trials": 0}
+                         "exact_trials": 0, "exact_screened": 0, "refine_subsets": 0,
+                         "refine_subset_moves": 0}
     phases = {}
     for c in starts:
         t_a = time.perf_counter()

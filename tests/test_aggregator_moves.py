@@ -151,7 +151,8 @@ def test_rank_estimates_puts_feasible_first_by_J_then_infeasible_by_violation():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
     """With estimates equal to the finished J, the best trial of each visit is among those
-    finished, so the screened search follows the full search move for move."""
+    finished, so the screened visits follow the full search move for move (`batch=False`);
+    with the batches too the search ends at a coordinate minimum no worse than the start."""
     T, S = 3, 5
     st = _fake_structure(T, S)
     rng = np.random.default_rng(seed)
@@ -162,11 +163,21 @@ def test_screen_with_exact_estimates_finds_what_the_full_search_finds(seed):
     calls, est_calls = [], []
     best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
                                       viol_tol=TOL, screen=1,
-                                      estimate=_table_estimate(st, table, est_calls))
+                                      estimate=_table_estimate(st, table, est_calls),
+                                      batch=False)
     assert agm.aggregators(st, best.u) == agm.aggregators(st, full.u) and best.J == full.J
     assert cnt["aggregator_visits"] == cnt_f["aggregator_visits"]
     assert len(calls) == cnt["aggregator_trials"] == cnt["aggregator_visits"]   # 1 per visit
     assert len(est_calls) == cnt["aggregator_screened"] == cnt["aggregator_visits"] * (S - 1)
+    calls = []
+    bat, cnt_b = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=50,
+                                       viol_tol=TOL, screen=1,
+                                       estimate=_table_estimate(st, table, []))
+    key = tuple(agm.aggregators(st, bat.u))
+    assert bat.J == table[key] <= inc.J and cnt_b["aggregator_trials"] == len(calls)
+    for t in range(T):               # no single-round move improves the end point
+        for s in range(S):
+            assert table[key[:t] + (s,) + key[t + 1:]] >= bat.J
 
 
 def test_screen_finishes_only_the_best_estimates():
@@ -184,7 +195,8 @@ def test_screen_finishes_only_the_best_estimates():
     assert calls == [(4,), (2,)] and est_calls == [(1,), (2,), (3,), (4,)]
     assert agm.aggregators(st, best.u) == [2] and best.J == 1.5
     assert cnt == {"aggregator_trials": 2, "aggregator_moves": 1, "aggregator_visits": 1,
-                   "aggregator_screened": 4}
+                   "aggregator_screened": 4, "aggregator_batches": 0,
+                   "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0}
 
 
 @pytest.mark.parametrize("screen, estimated", [(3, True), (4, False), (9, False)])
@@ -356,6 +368,7 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budg
     monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
     monkeypatch.setattr(dz, "_finishing_phase", fake_finish)
     monkeypatch.setattr(dz, "_network_value", lambda run, u: (Js[int(u[0]) - 1], 0.0))
+    monkeypatch.setattr(dz, "_refine_subsets", lambda run, inc, u, views, cnt: (inc, []))
     run = SimpleNamespace(st=SimpleNamespace(n_rows=2, force_rows=np.array([], int)),
                           k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
                           dec=False, finished=[], budget=budget,
@@ -368,7 +381,8 @@ def test_refine_keeps_a_round_only_when_J_falls(monkeypatch):
     (best, cnt), calls, run = _refine_harness(monkeypatch, [1.9, 1.8, 1.85], [2, 1, 1], 5)
     assert best.J == 1.8 and best.u[0] == 2.0                    # the third round rose: undone
     assert cnt == {"refine_rounds": 3, "refine_moves": 4, "refine_accepted": 2,
-                   "group_moves": 0, "group_trials": 9, "exact_trials": 6}
+                   "group_moves": 0, "group_trials": 9, "exact_trials": 6, "exact_screened": 0,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
     assert calls == {"moves": 3, "finish": 3} and len(run.finished) == 3
 
 
@@ -378,7 +392,8 @@ def test_refine_rejects_an_equal_J_and_stops_when_nothing_moves(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.0], [0], 5)
     assert best.J == 2.0 and calls == {"moves": 1, "finish": 0}   # no move: no finishing phase
     assert cnt == {"refine_rounds": 1, "refine_moves": 0, "refine_accepted": 0,
-                   "group_moves": 0, "group_trials": 3, "exact_trials": 2}
+                   "group_moves": 0, "group_trials": 3, "exact_trials": 2, "exact_screened": 0,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 def test_refine_rounds_bound_the_work(monkeypatch):
@@ -390,14 +405,16 @@ def test_refine_finishes_again_after_an_exact_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, exact=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 0, "group_trials": 6, "exact_trials": 4}
+                   "group_moves": 0, "group_trials": 6, "exact_trials": 4, "exact_screened": 0,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 def test_refine_finishes_again_after_a_group_move_alone(monkeypatch):
     (best, cnt), calls, _run = _refine_harness(monkeypatch, [1.5, 1.6], [0, 0], 5, group=[1, 2])
     assert best.J == 1.5 and calls == {"moves": 2, "finish": 2}
     assert cnt == {"refine_rounds": 2, "refine_moves": 3, "refine_accepted": 1,
-                   "group_moves": 3, "group_trials": 6, "exact_trials": 4}
+                   "group_moves": 3, "group_trials": 6, "exact_trials": 4, "exact_screened": 0,
+                   "refine_subsets": 0, "refine_subset_moves": 0}
 
 
 # ------------------------------------------------------------ the screen and groups over MPI
@@ -407,10 +424,11 @@ _BIN = Path(sys.executable).parent
 @pytest.mark.skipif(not (_BIN / "mpiexec").exists(), reason="mpiexec not in the venv")
 @pytest.mark.xdist_group("mpi")      # the mpiexec launches run on one xdist worker
 def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
-    """Four DCs, a screen of 1 (the estimates' collectives) and the group moves of `_refine`
-    (3 outer iterations per phase), over 2 processes and over 1: the same decisions and the same objective, bit for bit.
-    The association moves (solvers/assoc_moves.py) run here too, with moves and vetoes, and
-    their counts agree."""
+    """Four DCs, a screen of 1 (the estimates' collectives, a batch of two rounds' moves), the
+    exact moves' prefilter and the group moves of `_refine` (3 outer iterations per phase),
+    over 2 processes and over 1: the same decisions and the same objective, bit for bit. The
+    association moves (solvers/assoc_moves.py) run here too, with moves and vetoes, and their
+    counts agree."""
     import json
     import os
     inst = make_instance("small", seed=3, rounds=2, dcs=4)
@@ -419,6 +437,7 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     _sol, local = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
     assert local["aggregator_screened"] > 0 and local["group_trials"] > 0
     assert local["association_moves"] > 0 and local["association_vetoed"] > 0
+    assert local["aggregator_batch_moves"] > 0 and local["exact_screened"] > 0
     out = tmp_path / "sol.json"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
@@ -431,7 +450,9 @@ def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     assert got["objective"] == local["objective"]
     for key in ("aggregator_screened", "aggregator_trials", "group_trials", "group_moves",
                 "aggregators_final", "search_stop", "search_passes", "search_finishing_phases",
-                "association_moves", "association_passes", "association_vetoed"):
+                "association_moves", "association_passes", "association_vetoed",
+                "aggregator_batches", "aggregator_batch_moves", "aggregator_batch_dropped",
+                "exact_screened", "exact_trials", "refine_subsets", "refine_subset_moves"):
         assert got["info"][key] == local[key], key
 
 
@@ -500,3 +521,109 @@ def test_default_is_never_worse_than_the_search_free_run_and_a_zero_budget_is_th
     assert sz.objective == s0.objective and iz["aggregator_trials"] == 0
     _sb, ib = solve_decentralized(inst, constants={"search_budget": 1e9})
     assert ib["search_stop"] == "completed"
+
+
+# ---------------------------------------------------------------------- batches of moves
+def _batch_case(table, own_bad=(), afford=lambda: True):
+    """Rounds 0 and 1 of a 2 x 3 fake structure from (0, 0): the good move puts round 0 on
+    DC 1, the bad one round 1 on DC 1; `own_bad` lists the rounds whose own test fails."""
+    st = _fake_structure(2, 3)
+    calls, tally = [], agm.BatchTally()
+    inc = _cand(table[(0, 0)], u=_point(st, (0, 0)))
+    batch = agm.non_conflicting([agm._agg_move(st, 0, 1), agm._agg_move(st, 1, 1)])
+    out, acc = agm.take_batch(inc, batch, _table_finish(st, table, calls), viol_tol=TOL,
+                              tally=tally, keeps=lambda m, c: m.key[0] not in own_bad,
+                              afford=afford)
+    return st, inc, out, [m.key for m in acc], calls, tally
+
+
+def test_two_non_conflicting_moves_are_accepted_in_one_finishing_phase():
+    table = {(0, 0): 2.0, (1, 0): 1.8, (0, 1): 1.9, (1, 1): 1.5}
+    st, inc, out, acc, calls, tally = _batch_case(table)
+    assert calls == [(1, 1)] and tally.phases == 1 and tally.trials == 2
+    assert acc == [(0, 1), (1, 1)] and agm.aggregators(st, out.u) == [1, 1] and out.J == 1.5
+
+
+def test_a_conflicting_pair_is_not_batched():
+    st = _fake_structure(2, 3)
+    a, b, c = agm._agg_move(st, 0, 1), agm._agg_move(st, 0, 2), agm._agg_move(st, 1, 2)
+    assert agm.conflict(a, b) and not agm.conflict(a, c)          # one round: one region
+    assert [m.key for m in agm.non_conflicting([a, b, c])] == [(0, 1), (1, 2)]
+    assert [m.key for m in agm.non_conflicting([b, a, c])] == [(0, 2), (1, 2)]   # first kept
+    ue = agm.Move(key=("ue", 3), region=frozenset({(0, "ue3"), (0, "bs1")}), apply=None)
+    bs = agm.Move(key=("bs", 1), region=frozenset({(0, "bs1"), (0, "bs2")}), apply=None)
+    later = agm.Move(key=("bs", 1), region=frozenset({(1, "bs1")}), apply=None)
+    assert agm.conflict(ue, bs) and not agm.conflict(ue, later)
+
+
+def test_a_worse_batch_is_bisected_and_keeps_only_the_good_move():
+    """Every own test passes but the batch's point is worse than the incumbent: the halves
+    are finished one after the other; only the good move stays."""
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 2.2}
+    st, inc, out, acc, calls, tally = _batch_case(table)
+    assert calls == [(1, 1), (1, 0), (1, 1)] and tally.phases == 3
+    assert acc == [(0, 1)] and agm.aggregators(st, out.u) == [1, 0] and out.J == 1.5
+
+
+def test_a_move_that_fails_its_own_test_is_dropped_and_the_rest_finished_again():
+    """The batch's point is better than the incumbent, but the bad move fails its own test:
+    the good one is finished alone and kept, being better still; when the whole batch is
+    better than the good move alone, the batch is kept (the better finished point)."""
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 1.8}
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert calls == [(1, 1), (1, 0)] and tally.phases == 2 and tally.dropped == 1
+    assert acc == [(0, 1)] and out.J == 1.5
+    table[(1, 1)] = 1.2
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert calls == [(1, 1), (1, 0)] and acc == [(0, 1), (1, 1)] and out.J == 1.2
+    table[(1, 1)], table[(1, 0)] = 2.1, 2.05          # nothing beats the incumbent
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(1,))
+    assert out is inc and acc == [] and tally.phases == 2
+    st, inc, out, acc, calls, tally = _batch_case(table, own_bad=(0, 1))   # all dropped
+    assert out is inc and acc == [] and calls == [(1, 1)]
+
+
+def test_a_batch_asks_the_budget_before_every_finishing_phase():
+    table = {(0, 0): 2.0, (1, 0): 1.5, (0, 1): 2.5, (1, 1): 2.2}
+    log = []
+    st, inc, out, acc, calls, tally = _batch_case(
+        table, afford=lambda: log.append(0) or len(log) <= 1)
+    assert calls == [(1, 1)] and out is inc and acc == []       # the halves are not paid
+    st, inc, out, acc, calls, tally = _batch_case(table, afford=lambda: False)
+    assert calls == [] and out is inc
+
+
+def test_the_search_batches_the_rounds_promising_moves():
+    """Exact estimates that promise a gain in both rounds: the cycle starts with one batch of
+    both moves (one finishing phase), then visits each round once more, and ends at a
+    coordinate minimum; without estimates there is no batch."""
+    T, S = 2, 4
+    st = _fake_structure(T, S)
+    table = {k: 2.0 - 0.2 * (k[0] == 2) - 0.3 * (k[1] == 3) for k in
+             itertools.product(range(S), repeat=T)}
+    inc = _cand(2.0, u=_point(st, (0, 0)))
+    calls = []
+    best, cnt = agm.aggregator_search(inc, _table_finish(st, table, calls), st, passes=5,
+                                      viol_tol=TOL, screen=1,
+                                      estimate=_table_estimate(st, table, []))
+    assert calls[0] == (2, 3) and agm.aggregators(st, best.u) == [2, 3] and best.J == 1.5
+    assert cnt["aggregator_batches"] == 1 and cnt["aggregator_batch_moves"] == 2
+    assert cnt["aggregator_moves"] == 2 and cnt["aggregator_trials"] == len(calls) == 1 + T
+    _b, plain = agm.aggregator_search(inc, _table_finish(st, table, []), st, passes=5,
+                                      viol_tol=TOL)
+    assert plain["aggregator_batches"] == 0
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_batched_search_is_never_worse_than_the_search_free_run(seed):
+    """Four DCs, a screen of 1 and 3 outer iterations per phase: the estimates promise gains,
+    so the rounds' moves are batched (seed 3: two moves in one finishing phase); the end is
+    feasible and at or below the search-free run's objective."""
+    inst = make_instance("small", seed=seed, rounds=2, dcs=4)
+    free_k = {"agg_passes": 0, "candidates": 1, "refine_rounds": 0}
+    s0, _i0 = solve_decentralized(inst, constants=free_k, max_outer=3)
+    s1, i1 = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
+    assert s1.objective <= s0.objective * (1 + 1e-12) and system.evaluate(inst, s1).feasible
+    assert i1["aggregator_batches"] > 0 and i1["central_steps"] == []
+    if seed == 3:
+        assert i1["aggregator_batch_moves"] == 2

@@ -4,6 +4,7 @@ Truth: `system.evaluate` of the orchestration with one UE's uplink or downlink B
 everything else held (it recomputes every max term exactly). A trial's predicted change of J
 is exact unless a round's dA or dR would fall (the moves price those by their rise only), and
 never below the true change."""
+import itertools
 import warnings
 
 import numpy as np
@@ -14,6 +15,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 from cefl_opt import system  # noqa: E402
 from cefl_opt.generator import make_instance  # noqa: E402
 from cefl_opt.models import clip_to_bounds  # noqa: E402
+from cefl_opt.solvers import aggregator_moves as agm  # noqa: E402
 from cefl_opt.solvers import assoc_moves as am  # noqa: E402
 from cefl_opt.solvers.decentralized import _fix_indicators, solve_decentralized  # noqa: E402
 from cefl_opt.solvers.sca import build_structure  # noqa: E402
@@ -165,6 +167,23 @@ def test_the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR(preset, 
         elif ev.feasible and not flagged[(field, t, n)]:
             assert pred == pytest.approx(ev.objective - ev0.objective, abs=1e-9), (field, t, n)
     assert 0 < sum(flagged.values()) < len(flagged) and fell_seen > 0
+
+
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2), ("paper", 5, 2)])
+def test_the_prefilter_keeps_every_ue_the_screen_flags_and_drops_most(preset, seed, T):
+    """Truth: `_lowers_a_shared_max` run for every group (it tightens the moved point). Every
+    group it flags has a tight row that reads its UE's BS (`_tight_leavers`), and the prefilter
+    drops most groups (the screen's cost then follows the tight rows, not the UEs)."""
+    inst, st, u, free, views = _setup(preset, seed, T, scramble=True)
+    lin = st.linearise(u)
+    u = am.tighten_epigraphs(st, u, lin, free, views)
+    lin = st.linearise(u)
+    tops, groups, x = am._shared_tops(st), am._groups(st), u * st.scale
+    pre = am._tight_leavers(st, u, lin, free, views, groups)
+    truth = np.array([am._lowers_a_shared_max(st, u, lin, free, views,
+                                              int(g[np.argmax(x[g])]), tops) for g in groups])
+    assert truth.any() and not np.any(truth & ~pre)
+    assert pre.sum() < 0.5 * len(groups)
 
 
 def _moved_and_checked(move, key: str, inst, st, u, free, views, ev0: float):
@@ -423,3 +442,66 @@ def test_exact_moves_take_the_best_of_several_targets():
                 checked += 1
             arr[n] = keep
     assert checked >= 4 * 2
+
+
+# ---------------------------------------------------------------- a rejected round's batches
+def test_moved_groups_and_their_components_do_not_conflict():
+    """Truth: the hand downlinks. Round 0: UEs 1 and 2 leave BS 1 for BS 3 (one BS's group:
+    one component), UE 5 leaves BS 2 for BS 0 (another); round 1: UE 2 leaves BS 3 for BS 2.
+    The components never conflict, and applying them all gives the moved point's BSs."""
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    before = [[0, 1, 1] + [2] * (N - 3), [3] * N]
+    after = [[0, 3, 3] + [2] * (N - 3), [3] * N]
+    after[0][5], after[1][2] = 0, 2
+    links = inst.ue_links()
+    assert all(b in links[n] for d in (before, after) for t in range(2)
+               for n, b in enumerate(d[t]))
+    u0 = _with_downlinks(st, u, free, views, before)
+    u1 = _with_downlinks(st, u, free, views, after)
+    moved = am.moved_groups(st, u0, u1, views)
+    assert [(t, n, a, b) for t, n, a, b, _row in moved] == [
+        (0, 1, 1, 3), (0, 2, 1, 3), (0, 5, 2, 0), (1, 2, 3, 2)]
+    comps = am.move_components(st, moved)
+    assert [m.key for m in comps] == [((0, 1), (0, 2)), ((0, 5),), ((1, 2),)]
+    assert all(not agm.conflict(a, b) for a, b in itertools.combinations(comps, 2))
+    x = u0
+    for m in comps:
+        x = m.apply(x)
+    got = _solution(inst, st, x)
+    assert [list(r.downlink_bs) for r in got.rounds] == after
+    assert am.moved_groups(st, u0, u0, views) == []
+
+
+def test_a_rejected_rounds_halves_are_finished_and_only_a_better_half_is_taken(monkeypatch):
+    """`decentralized._refine_subsets` on the moves above, with the finishing phase replaced by
+    a table: J = 2 - 0.5 (round 0's BS-1 group moved) + 0.6 (UE 5 moved) + 0.1 (round 1's
+    UE 2 moved). All three together (2.2) were rejected; the first half (the group move,
+    1.5) is taken, the second (UE 5 and UE 2, back to 2.2) is not: two finishing phases."""
+    from types import SimpleNamespace
+
+    from cefl_opt.solvers import decentralized as dz
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    before = [[0, 1, 1] + [2] * (N - 3), [3] * N]
+    after = [[0, 3, 3, 2, 2, 0] + [2] * (N - 6), [3, 3, 2] + [3] * (N - 3)]
+    u0 = _with_downlinks(st, u, free, views, before)
+    u1 = _with_downlinks(st, u, free, views, after)
+
+    def J(x):
+        d = am._downlinks(st, x, views)
+        return 2.0 - 0.5 * (d[0, 1] == 3) + 0.6 * (d[0, 5] == 0) + 0.1 * (d[1, 2] == 2)
+    monkeypatch.setattr(dz, "_finishing_phase", lambda run, x: (x.copy(), [], "converged"))
+    monkeypatch.setattr(dz, "_network_value", lambda run, x: (float(J(x)), 0.0))
+    run = SimpleNamespace(st=st, k=SimpleNamespace(viol_tol=1e-6), dec=False, budget=None,
+                          finished=[])
+    inc = agm.Candidate(u=u0, J=2.0, viol=0.0, start="relaxed")
+    assert J(u1) == pytest.approx(2.2)
+    cnt = {"refine_subsets": 0, "refine_subset_moves": 0}
+    out, kept = dz._refine_subsets(run, inc, u1, views, cnt)
+    assert out.J == 1.5 and [m.key for m in kept] == [((0, 1), (0, 2))]
+    assert am._downlinks(st, out.u, views).tolist() == [[0, 3, 3] + [2] * (N - 3), [3] * N]
+    assert cnt == {"refine_subsets": 2, "refine_subset_moves": 1} and len(run.finished) == 2
+    worse = agm.Candidate(u=u0, J=1.0, viol=0.0, start="relaxed")   # nothing beats it
+    out, kept = dz._refine_subsets(run, worse, u1, views, cnt)
+    assert out is worse and kept == []
