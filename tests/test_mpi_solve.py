@@ -226,8 +226,9 @@ def test_a_signal_ends_every_rank_and_leaves_nothing(tmp_path, paper_net, sig, c
     assert p.returncode == code, err
     assert [ln for ln in err.splitlines() if ln.startswith("cefl-opt")] == [line, line], err
     assert "Traceback" not in err and "MPI_Abort" not in err
-    end = time.monotonic() + 10
-    while processes_naming(str(tmp_path)) and time.monotonic() < end:
+    end = time.monotonic() + 10          # the launch's processes and hydra's file go soon after
+    while ((processes_naming(str(tmp_path)) or not _hydra_files() <= before)
+           and time.monotonic() < end):
         time.sleep(0.1)
     assert processes_naming(str(tmp_path)) == []
     assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json", "tmpdir"]
