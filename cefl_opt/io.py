@@ -211,6 +211,11 @@ def interrupt_noted() -> bool:
     return _INTERRUPTED.is_set()
 
 
+def terminate_noted() -> bool:
+    """Whether the interrupt noted was SIGTERM."""
+    return _TERMINATED.is_set()
+
+
 def check_interrupt() -> None:
     """Raise KeyboardInterrupt (Terminated after SIGTERM) if an interrupt was noted, even where
     its first raise was swallowed."""

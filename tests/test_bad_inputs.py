@@ -381,6 +381,39 @@ def test_interrupt_note_is_cleared_after_the_command(tmp_path, monkeypatch, caps
     assert [x.name for x in tmp_path.iterdir()] == ["x.txt"]
 
 
+@pytest.mark.parametrize("terminated, code, line", [(False, 130, "interrupted"),
+                                                    (True, 143, "terminated")])
+def test_an_interrupt_wrapped_on_its_way_out_is_still_an_interrupt(tmp_path, monkeypatch,
+                                                                   capsys, terminated, code, line):
+    """A Ctrl-C (or SIGTERM) that lands in a ctypes call reaches the command as ctypes'
+    ArgumentError ("argument 2: KeyboardInterrupt"): still exit 130 (143), one line, no file."""
+    import ctypes
+    from cefl_opt import io as cefl_io
+
+    def save(self, path):
+        cefl_io.note_interrupt(terminated)
+        raise ctypes.ArgumentError("argument 2: KeyboardInterrupt: ")
+
+    monkeypatch.setattr(Instance, "save", save)
+    out = tmp_path / "n.json"
+    assert cli.main(["network", "generate", "--preset", "tiny", "--seed", "1", "--out",
+                     str(out)]) == code
+    assert capsys.readouterr().err == f"cefl-opt: {line}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_without_an_interrupt_is_an_internal_error(tmp_path, monkeypatch, capsys):
+    import ctypes
+
+    def save(self, path):
+        raise ctypes.ArgumentError("argument 2: TypeError: ")
+
+    monkeypatch.setattr(Instance, "save", save)
+    assert cli.main(["network", "generate", "--preset", "tiny", "--seed", "1", "--out",
+                     str(tmp_path / "n.json")]) == 70
+    assert "internal error: ArgumentError" in capsys.readouterr().err
+
+
 def test_format_1_files_still_load(tmp_path):
     inst = make_instance("tiny", seed=3)
     d = inst.to_dict()

@@ -60,9 +60,7 @@ def _values(sol_json):
 
 
 @needs_mpiexec
-# 3 ranks slow: in the default suite, test_mpi_backend.py's test_mpi_comm_equals_local_comm
-# runs the collectives on 3 ranks
-@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("ranks", [2, 3])
 def test_mpi_solve_equals_local_backend(tiny, ranks):
     d, net, sol_local, info_local = tiny
     out = d / f"sol{ranks}.json"
@@ -102,18 +100,16 @@ def test_backend_mpi_refuses_other_methods(tiny, tmp_path):
 
 
 @needs_mpiexec
-def test_mpi_solve_more_ranks_than_nodes_exits_2(tmp_path):
-    net, out = tmp_path / "one.json", tmp_path / "s.json"
-    make_instance("paper", seed=0, rounds=1, ues=1, bss=1, dcs=1).save(net)   # 3 nodes
-    p = _solve([str(MPIEXEC), "-n", "4"], net, out, "--backend", "mpi", timeout=240)
+def test_mpi_solve_more_ranks_than_nodes_exits_2(tiny, tmp_path):
+    _d, net, *_ = tiny
+    out = tmp_path / "s.json"
+    p = _solve([str(MPIEXEC), "-n", "6"], net, out, "--backend", "mpi", timeout=240)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert "4 MPI ranks for 3 network nodes" in p.stderr
+    assert "6 MPI ranks for 5 network nodes" in p.stderr
     assert not out.exists()
 
 
 @needs_mpiexec
-@pytest.mark.slow   # in the default suite: test_aggregator_moves.py's
-# test_screen_and_group_moves_over_mpi_equal_one_process (moves and vetoes, their counts equal)
 def test_mpi_association_moves_equal_local_backend(tmp_path):
     """The moves' collectives (solvers/assoc_moves.py) over 2 processes: paper network, T = 2,
     3 outer iterations per phase (the rounding of a relaxed point leaves moves to make)."""

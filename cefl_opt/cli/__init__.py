@@ -232,14 +232,10 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
             raise
         return fail(_message(e), EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:
-        logging.disable(logging.NOTSET)
-        sys.unraisablehook = sys.__unraisablehook__
-        if isinstance(e, cefl_io.Terminated):
-            _say(f"{PROG}: terminated")
-            return EXIT_TERMINATED
-        _say(f"{PROG}: interrupted")
-        return EXIT_INTERRUPTED
+        return _stopped(isinstance(e, cefl_io.Terminated))
     except Exception as e:  # noqa: BLE001 - the policy: one line, never a traceback
+        if cefl_io.interrupt_noted():   # the signal's KeyboardInterrupt, wrapped on its way out
+            return _stopped(cefl_io.terminate_noted())      # (ctypes: ArgumentError)
         if debug:
             raise
         from ..solvers.base import SolverError
@@ -288,6 +284,17 @@ def _quiet_libraries(debug: bool):
 def _ours_to_replace(handler, default) -> bool:
     """The default disposition, or the console script's early note (`cefl_opt._entry`)."""
     return handler is default or getattr(handler, "cefl_early", False)
+
+
+def _stopped(terminated: bool) -> int:
+    """The one line and exit status of a command that SIGINT (or SIGTERM) ended."""
+    logging.disable(logging.NOTSET)
+    sys.unraisablehook = sys.__unraisablehook__
+    if terminated:
+        _say(f"{PROG}: terminated")
+        return EXIT_TERMINATED
+    _say(f"{PROG}: interrupted")
+    return EXIT_INTERRUPTED
 
 
 def _interrupt(signum, frame):
