@@ -126,7 +126,7 @@ def _not_run(top: float | None, source: str | None) -> Results:
 
 def _time_left(limit: float | None, t0: float) -> float | None:
     """Seconds of `limit` left since `t0` (None: no limit); at least SCIP's smallest useful
-    limit, so that SCIP returns at once with what it has when the construction used it all."""
+    limit (the time can pass between `_out_of_time`'s check and this one)."""
     return None if limit is None else max(limit - (time.monotonic() - t0), 1e-3)
 
 
