@@ -162,6 +162,27 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     return nlp, *([d[i] for i in range(len(d))] for d in (by_kind["v"], by_kind["c"]))
 
 
+def _jacobian_values(nlp) -> np.ndarray:
+    """The NLP's Jacobian values at its primals, in its fixed (row, col) order, written into one
+    buffer kept on the NLP (PyNumero's `out=`) instead of a new sparse matrix per call. The
+    array is overwritten by the next call: callers copy what they keep."""
+    buf = getattr(nlp, "_cefl_jac", None)
+    if buf is None:
+        buf = nlp._cefl_jac = nlp.evaluate_jacobian()
+        return buf.data
+    return nlp.evaluate_jacobian(out=buf).data
+
+
+def _hessian_lag(nlp):
+    """The NLP's Hessian of the Lagrangian at its primals and duals, as `_jacobian_values`
+    does it: one COO buffer kept on the NLP, overwritten by the next call."""
+    buf = getattr(nlp, "_cefl_hes", None)
+    if buf is None:
+        buf = nlp._cefl_hes = nlp.evaluate_hessian_lag()
+        return buf
+    return nlp.evaluate_hessian_lag(out=buf)
+
+
 @dataclass
 class _Level:
     """One NLP over lifted sums a_j = E_j(w, lower a) (rows E_j <= 0; value = body - ub)."""
@@ -395,7 +416,7 @@ class NodeProvider:
                             a[np.maximum(lv.aux_pos, 0)])
             lv.nlp.set_primals(prim)
             a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
-            jacs.append(np.asarray(lv.nlp.evaluate_jacobian().data, float))
+            jacs.append(_jacobian_values(lv.nlp))
         self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
                                       a[np.maximum(self._aux_pos, 0)]))
         return jacs
@@ -411,7 +432,7 @@ class NodeProvider:
             nlp.set_primals(x_local)
             if nlp.n_constraints():
                 nlp.set_duals(y_local * self.sign)
-            h = nlp.evaluate_hessian_lag()
+            h = _hessian_lag(nlp)
             d = np.zeros(nlp.n_primals())
             on = h.row == h.col
             np.add.at(d, h.row[on], h.data[on])
@@ -468,7 +489,7 @@ class NodeProvider:
                                minlength=self.n_vars))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
-            jd = np.asarray(nlp.evaluate_jacobian().data, float)
+            jd = _jacobian_values(nlp)
             if self.levels:
                 jd = self._apply(self._jrec, jd, md)
             jd = jd * self.sign[self.jrow]

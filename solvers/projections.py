@@ -21,15 +21,19 @@ Cost is ``O(m n log n)`` for ``m`` rows of length ``n``.
 
 `WeightedBatch` is the solver's inner-loop form of the weighted projection (`project_weighted`):
 a fixed batch of rows, warm-started Newton steps on the multiplier, the sort-based method for
-the rows a step does not settle.
+the rows a step does not settle. Its usual case (the warm start and one Newton step) runs in one
+compiled pass over the rows (`_first_steps`, numba): the same operations in the same order as
+the array form, so the same numbers bit for bit, without numpy's per-call cost on the small
+arrays of the inner loop.
 
-This module depends on numpy only.
+This module depends on numpy and numba.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 __all__ = [
     "project_box",
@@ -326,19 +330,15 @@ class WeightedBatch:
         self.fallback_rows = 0      # rows solved by the sort method (diagnostics)
 
     def __call__(self, X: np.ndarray, W: np.ndarray) -> np.ndarray:
-        mu = self.mu
-        # the usual case on all rows at once: the warm start, one Newton step, its check
-        Z, Y, r = self._eval(X, W, self.L, self.H, self.t, mu)
-        ok = self._ok(r, self.tol, mu, self.floor)
-        if not ok.all():
-            wf = self._slope(Z, W, self.L, self.H)
-            mu = self._step(mu, ok, wf, r, self.floor)
-            _, Y, r = self._eval(X, W, self.L, self.H, self.t, mu)
-            ok = self._ok(r, self.tol, mu, self.floor)
-            if not ok.all():
-                mu = mu.copy()
-                todo = np.flatnonzero(~ok)
-                Y[todo] = self._rows(X[todo], W[todo], todo, mu)
+        # the usual case, row by row in one compiled pass: the warm start, one Newton step,
+        # its check (`_first_steps`)
+        Y = np.empty(X.shape)
+        mu = np.empty(len(self.t))
+        left = np.empty(len(self.t), dtype=np.bool_)
+        if _first_steps(X, W, self.L, self.H, self.t, self.tol, self.floor, self.mu, Y, mu,
+                        left):
+            todo = np.flatnonzero(left)
+            Y[todo] = self._rows(X[todo], W[todo], todo, mu)
         self.mu = mu
         return Y
 
@@ -401,6 +401,139 @@ class WeightedBatch:
             m[left] = _multiplier(Xs, Ws, Ys, Ls, Hs, m[left], floor[left])
         mu[todo] = m
         return Y
+
+
+@njit(cache=True, nogil=True)
+def _row_sum(v: np.ndarray) -> float:
+    """The sum of one row as `_row_sums` takes it: below 8 terms from the first term on, in
+    order; from 8 on, numpy's pairwise sum of a contiguous row (8 running sums, combined as
+    ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest in order; above 128
+    terms, halves at a multiple of 8)."""
+    n = len(v)
+    if n < 8:
+        if n == 0:
+            return 0.0
+        s = v[0]
+        for j in range(1, n):
+            s += v[j]
+        return s
+    return _pairwise(v, 0, n)
+
+
+@njit(cache=True, nogil=True)
+def _pairwise(v: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of v[lo:lo + n] (numpy/_core/src/umath/loops_utils.h.src): blocks
+    of at most 128 terms (`_block`); a longer range is the sum of its halves, split at a
+    multiple of 8 (the recursion, evaluated with an explicit stack)."""
+    if n <= 128:
+        return _block(v, lo, n)
+    los = np.empty(64, np.int64)
+    lens = np.empty(64, np.int64)
+    phase = np.zeros(64, np.int64)
+    vals = np.empty(64)
+    top, nv = 0, 0
+    los[0], lens[0] = lo, n
+    while top >= 0:
+        a, k = los[top], lens[top]
+        if k <= 128:
+            vals[nv] = _block(v, a, k)
+            nv += 1
+            top -= 1
+            continue
+        k2 = k // 2
+        k2 -= k2 % 8
+        if phase[top] == 2:          # both halves done: left + right
+            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
+            nv -= 1
+            top -= 1
+            continue
+        phase[top] += 1
+        first = phase[top] == 1
+        top += 1
+        los[top] = a if first else a + k2
+        lens[top] = k2 if first else k - k2
+        phase[top] = 0
+    return vals[0]
+
+
+@njit(cache=True, nogil=True)
+def _block(v: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of at most 128 terms: below 8 in order from 0.0; else 8 running
+    sums, combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest."""
+    if n < 8:
+        s = 0.0
+        for j in range(n):
+            s += v[lo + j]
+        return s
+    r0, r1, r2, r3 = v[lo], v[lo + 1], v[lo + 2], v[lo + 3]
+    r4, r5, r6, r7 = v[lo + 4], v[lo + 5], v[lo + 6], v[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        r0 += v[lo + i]
+        r1 += v[lo + i + 1]
+        r2 += v[lo + i + 2]
+        r3 += v[lo + i + 3]
+        r4 += v[lo + i + 4]
+        r5 += v[lo + i + 5]
+        r6 += v[lo + i + 6]
+        r7 += v[lo + i + 7]
+        i += 8
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        s += v[lo + i]
+        i += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _clip_row(X, W, L, H, i, m, y, z) -> None:
+    """z = x - w m and y = clip(z, lo, hi) on row i, with numpy's maximum and minimum (a NaN
+    propagates)."""
+    for j in range(X.shape[1]):
+        zj = X[i, j] - W[i, j] * m
+        z[j] = zj
+        yj = zj if (zj >= L[i, j] or zj != zj) else L[i, j]
+        y[j] = yj if (yj <= H[i, j] or yj != yj) else H[i, j]
+
+
+@njit(cache=True, nogil=True)
+def _first_steps(X, W, L, H, t, tol, floor, mu0, Y, mu, left) -> bool:
+    """`WeightedBatch`'s usual case per row i, in the operations and order of its array form:
+    y = clip(x - w mu0_i, lo, hi) and r = sum y - t_i; accepted (`WeightedBatch._ok`) or one
+    Newton step mu0_i + r / (sum of w over the free entries), floored (`_step`), and y and
+    its check again. Writes Y, the multipliers mu and `left` (rows not accepted after the
+    step); returns whether any row is left. With no row left after the warm start, mu is
+    mu0 unchanged; otherwise every row's mu is floored, as the array form does."""
+    m_rows, n = X.shape
+    y = np.empty(n)
+    z = np.empty(n)
+    wf_row = np.empty(n)
+    any_moved = False
+    for i in range(m_rows):
+        m = mu0[i]
+        _clip_row(X, W, L, H, i, m, y, z)
+        r = _row_sum(y) - t[i]
+        ok = abs(r) <= tol[i] or (r <= 0.0 and m <= floor[i])
+        left[i] = False
+        if not ok:
+            any_moved = True
+            for j in range(n):
+                wf_row[j] = W[i, j] if (z[j] > L[i, j] and z[j] < H[i, j]) else 0.0
+            wf = _row_sum(wf_row)
+            if wf > 0:
+                m = m + r / wf
+            m = m if (m >= floor[i] or m != m) else floor[i]
+            _clip_row(X, W, L, H, i, m, y, z)
+            r = _row_sum(y) - t[i]
+            left[i] = not (abs(r) <= tol[i] or (r <= 0.0 and m <= floor[i]))
+        mu[i] = m
+        for j in range(n):
+            Y[i, j] = y[j]
+    if any_moved:      # the array form floors every row once a step is taken
+        for i in range(m_rows):
+            m = mu[i]
+            mu[i] = m if (m >= floor[i] or m != m) else floor[i]
+    return bool(left.any())
 
 
 def _row_sums(Y: np.ndarray) -> np.ndarray:

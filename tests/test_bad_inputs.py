@@ -360,6 +360,39 @@ def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, me
     _assert_interrupted_cleanly(script, tmp_path)
 
 
+@pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"),
+                                           (signal.SIGTERM, 143, "terminated")])
+def test_an_object_the_signal_left_half_built_is_finalised_silently(tmp_path, sig, code, line):
+    """A signal that lands in a constructor (a PyNumero NLP whose `__init__` had not yet set
+    what its `__del__` frees) leaves an object whose finaliser fails once the exception lets
+    it go. That failure is not the user's: exit 130 (143) with the one line, no traceback."""
+    net = tmp_path / "net.json"
+    make_instance("tiny", seed=1).save(net)
+    script = ("import os, signal, sys\n"
+              "from cefl_opt import cli\n"
+              "import cefl_opt.solvers.base as base\n"
+              "real = base.solve\n"
+              "class Half:\n"
+              "    def __init__(self):\n"
+              f"        os.kill(os.getpid(), {int(sig)})\n"
+              "        for _ in range(100000): pass   # the handler raises here\n"
+              "        self._obj = 1\n"
+              "    def __del__(self):\n"
+              "        self._obj\n"
+              "def solve(*a, **k):\n"
+              "    Half()\n"
+              "    return real(*a, **k)\n"
+              "base.solve = solve\n"
+              f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', 'decentralized', "
+              f"'--out', {str(tmp_path / 's.json')!r}]))\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),
+                                                        signal.signal(signal.SIGTERM, signal.SIG_DFL)))
+    assert p.returncode == code, (p.stdout, p.stderr)
+    assert p.stderr == f"cefl-opt: {line}\n"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+
+
 def test_interrupt_note_is_cleared_after_the_command(tmp_path, monkeypatch, capsys):
     """A Ctrl-C noted during one in-process command stops its write (exit 130, no file) and
     does not outlive it: library writes afterwards are not refused."""

@@ -442,3 +442,78 @@ def test_weighted_batch_warm_newton_equals_the_exact_projection():
         slack += int(np.sum(~eq & (np.clip(X, lo, hi).sum(axis=1) < total - 1e-9)))
     assert slack > 0                                     # slack knapsacks were exercised
     assert 0 < batch.fallback_rows < 60 * m              # both paths were exercised
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, 7, 8, 9, 15, 16, 17, 40, 128, 129, 130, 257, 300])
+def test_the_kernels_row_sum_is_the_array_forms_bit_for_bit(width):
+    """`_row_sum` (the compiled kernel's) adds a row as `_row_sums` does: in order below 8
+    terms, numpy's own pairwise sum from 8 on (blocks of 128 and halves above), on values
+    spread over 16 orders of magnitude, where any other order rounds differently."""
+    from cefl_opt.solvers.projections import _row_sum, _row_sums
+    rng = np.random.default_rng(width)
+    Y = rng.normal(size=(400, width)) * 10.0 ** rng.integers(-8, 8, size=(400, width))
+    want = _row_sums(Y)
+    got = np.array([_row_sum(np.ascontiguousarray(y)) for y in Y])
+    assert got.tobytes() == want.tobytes()
+    if width >= 8:     # the test can fail: a plain left-to-right sum differs somewhere
+        seq = np.array([sum(y.tolist()) for y in Y])
+        assert seq.tobytes() != want.tobytes()
+
+
+def _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu):
+    """The warm start and one Newton step of `WeightedBatch` as whole-array numpy operations
+    (its form before the compiled kernel): Y, the new multipliers and the rows left."""
+    from cefl_opt.solvers.projections import _row_sums
+
+    def ev(m):
+        Z = X - W * m[:, None]
+        Y = np.minimum(np.maximum(Z, L), H)
+        return Z, Y, _row_sums(Y) - t
+
+    def ok_rows(r, m):
+        return (np.abs(r) <= tol) | ((r <= 0.0) & (m <= floor))
+    Z, Y, r = ev(mu)
+    ok = ok_rows(r, mu)
+    if ok.all():
+        return Y, mu, ~ok
+    wf = _row_sums(np.where((Z > L) & (Z < H), W, 0.0))
+    move = ~ok & (wf > 0)
+    mu = np.maximum(np.where(move, mu + r / np.where(move, wf, 1.0), mu), floor)
+    _, Y, r = ev(mu)
+    return Y, mu, ~ok_rows(r, mu)
+
+
+@pytest.mark.parametrize("width", [1, 5, 10, 40, 130])
+def test_weighted_batch_kernel_equals_the_array_form_bit_for_bit(width):
+    """The compiled usual case (`_first_steps`) gives the array form's projections,
+    multipliers and rows left, bit for bit, over a drifting sequence (warm starts that hold,
+    Newton steps, rows left to the sort method), with padding and both row kinds."""
+    from cefl_opt.solvers.projections import _first_steps
+    rng = np.random.default_rng(100 + width)
+    m = 90
+    L = np.where(rng.random((m, width)) < 0.5, 0.0, -rng.random((m, width)))
+    H = L + rng.uniform(0.1, 3.0, size=(m, width))
+    pad = rng.random((m, width)) < 0.1
+    L[pad] = H[pad] = 0.0
+    eq = rng.random(m) < 0.5
+    t = rng.uniform(L.sum(axis=1), H.sum(axis=1))
+    tol = 1e-13 * (np.abs(t) + 1.0)
+    floor = np.where(eq, -np.inf, 0.0)
+    X = rng.normal(size=(m, width))
+    mu = np.zeros(m)
+    stepped = left_seen = 0
+    for it in range(40):
+        X = X + (0.5 if it % 10 == 0 else 0.01) * rng.normal(size=X.shape)
+        W = np.exp(0.3 * rng.normal(size=X.shape)) if it % 3 else np.ones(X.shape)
+        Xf, Wf = np.asfortranarray(X), np.asfortranarray(W)
+        Y, mu_new, left = np.empty(X.shape), np.empty(m), np.empty(m, dtype=np.bool_)
+        any_left = _first_steps(Xf, Wf, np.asfortranarray(L), np.asfortranarray(H), t, tol,
+                                floor, mu, Y, mu_new, left)
+        Y0, mu0, left0 = _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu)
+        assert Y.tobytes() == np.ascontiguousarray(Y0).tobytes()
+        assert mu_new.tobytes() == np.ascontiguousarray(mu0, dtype=float).tobytes()
+        assert np.array_equal(left, left0) and any_left == bool(left0.any())
+        stepped += int(not np.array_equal(mu_new, mu))
+        left_seen += int(left.sum())
+        mu = mu_new
+    assert stepped > 0 and left_seen > 0          # both the step and the rows left occurred

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import logging
 import math
@@ -228,6 +229,8 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except (InputError, ValueError, OSError) as e:
+        if cefl_io.interrupt_noted():   # raised by what the signal cut short, not by the input
+            return _stopped(cefl_io.terminate_noted())
         if debug:
             raise
         return fail(_message(e), EXIT_BAD_INPUT)
@@ -244,6 +247,9 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
         return fail(f"internal error: {type(e).__name__}: {_message(e)} (set CEFL_OPT_DEBUG=1 "
                      f"for the traceback)", EXIT_INTERNAL)
     finally:
+        if cefl_io.interrupt_noted():   # what the interrupt left half-built (a PyNumero NLP
+            gc.collect()                # cut short in its constructor) is finalised while its
+            sys.unraisablehook = sys.__unraisablehook__   # errors are still silenced
         cefl_io.clear_interrupt()   # the note is this call's: the library is usable after it
         if signal.getsignal(signal.SIGINT) is _interrupt:
             signal.signal(signal.SIGINT, previous)
@@ -289,7 +295,6 @@ def _ours_to_replace(handler, default) -> bool:
 def _stopped(terminated: bool) -> int:
     """The one line and exit status of a command that SIGINT (or SIGTERM) ended."""
     logging.disable(logging.NOTSET)
-    sys.unraisablehook = sys.__unraisablehook__
     if terminated:
         _say(f"{PROG}: terminated")
         return EXIT_TERMINATED
