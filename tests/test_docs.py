@@ -233,3 +233,23 @@ def test_results_pages_hold_stamped_tables():
         assert re.search(r"^\|.*\|$", text, re.M), f"{page.name} has no table"
         if page.name != "index.md":
             assert re.search(r"commit `[0-9a-f]{7}`", text), f"{page.name} has no commit stamp"
+
+
+def test_the_package_layout_is_made_once_and_remade_when_it_differs(tmp_path):
+    """`lay_out_package` (run by every load of the hook: the docs build and these tests, at the
+    same time under xdist) leaves a complete layout alone, so that a build reading it is not
+    cut short, and remakes a layout that differs."""
+    hook = _hook()
+    dest = tmp_path / "api"
+    hook.lay_out_package(dest=dest)
+    links = hook._links_under(dest)
+    assert links == hook._package_links(hook.ROOT)
+    assert Path("cefl_opt/solvers/projections.py") in links       # a mapped sub-package
+    assert not any("__pycache__" in str(p) for p in links)
+    marker = dest / "cefl_opt" / "marker"       # not a link: ignored, and gone with a remake
+    marker.write_text("")
+    hook.lay_out_package(dest=dest)
+    assert marker.exists()                                          # left alone
+    (dest / "cefl_opt" / "io.py").unlink()
+    hook.lay_out_package(dest=dest)
+    assert hook._links_under(dest) == links and not marker.exists()  # remade

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import importlib.util
 import inspect
+import os
 import re
 import shutil
 import typing
@@ -348,19 +350,44 @@ def render(markdown: str) -> str:
 def lay_out_package(root: Path = ROOT, dest: Path = API_DIR) -> None:
     """Under `dest`, each package of pyproject.toml's package-dir at its import path: a folder
     per package whose files are links to the sources (sub-packages mapped elsewhere become
-    links to their own folders)."""
+    links to their own folders). Under a lock, and left alone when already laid out: the docs
+    build and the tests that load this hook may do it at the same time."""
+    links = _package_links(root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _links_under(dest) == links:
+            return
+        if dest.exists():
+            shutil.rmtree(dest)
+        for rel, src in links.items():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).symlink_to(src)
+
+
+def _package_links(root: Path) -> dict[Path, Path]:
+    """The layout `lay_out_package` makes: link path (relative) -> source."""
     setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping: dict[str, str] = setup["package-dir"]
-    if dest.exists():
-        shutil.rmtree(dest)
+    links: dict[Path, Path] = {}
     for pkg in sorted(mapping, key=lambda p: p.count(".")):
-        target = dest.joinpath(*pkg.split("."))
-        target.mkdir(parents=True, exist_ok=True)
+        target = Path(*pkg.split("."))
         for src in sorted((root / mapping[pkg]).iterdir()):
-            child = f"{pkg}.{src.name}"
-            if src.name == "__pycache__" or child in mapping or (target / src.name).exists():
+            if src.name == "__pycache__" or f"{pkg}.{src.name}" in mapping:
                 continue
-            (target / src.name).symlink_to(src)
+            links.setdefault(target / src.name, src)
+    return links
+
+
+def _links_under(dest: Path) -> dict[Path, Path]:
+    """Every link under `dest` (not followed) -> its target."""
+    out: dict[Path, Path] = {}
+    for top, dirs, files in os.walk(dest):
+        for name in dirs + files:
+            path = Path(top) / name
+            if path.is_symlink():
+                out[path.relative_to(dest)] = Path(os.readlink(path))
+    return out
 
 
 #: The parts of MathJax's es5 folder the site does not need: the speech engine, the SVG and
