@@ -24,9 +24,9 @@ from cefl_opt.solvers.mpi_backend import (MpiUnavailable, mpi_world, node_memory
 HERE = Path(__file__).parent
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec not in the venv")
-# under pytest-xdist the module runs on one worker with every other mpiexec launch, one at a
-# time (`--dist loadgroup`): the launches' checks of hydra's files in /tmp see only their own
-pytestmark = pytest.mark.xdist_group("mpi")
+# under pytest-xdist every mpiexec launch runs on one worker, one at a time (`--dist
+# loadgroup`): the launches' checks of hydra's files in /tmp see only their own; the tests
+# that launch nothing run anywhere
 one_launch_at_a_time = pytest.mark.xdist_group("mpi")
 
 

@@ -60,8 +60,10 @@ def _values(sol_json):
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_mpi_solve_equals_local_backend(tiny, ranks):
+    """2 or 3 ranks against one process on tiny, every decision to 1e-6. On 2 ranks a slow
+    test: `test_full_mpi_run_equals_local_bit_for_bit` compares a whole 2-rank run bit for bit."""
     d, net, sol_local, info_local = tiny
     out = d / f"sol{ranks}.json"
     p = _solve([str(MPIEXEC), "-n", str(ranks)], net, out, "--backend", "mpi")
@@ -110,9 +112,12 @@ def test_mpi_solve_more_ranks_than_nodes_exits_2(tiny, tmp_path):
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_mpi_association_moves_equal_local_backend(tmp_path):
     """The moves' collectives (solvers/assoc_moves.py) over 2 processes: paper network, T = 2,
-    3 outer iterations per phase (the rounding of a relaxed point leaves moves to make)."""
+    3 outer iterations per phase (the rounding of a relaxed point leaves moves to make). Slow:
+    `test_aggregator_moves.py::test_screen_and_group_moves_over_mpi_equal_one_process` checks
+    the same counts (moves, passes, vetoes) and the objective bit for bit on a small network."""
     inst = make_instance("paper", seed=0, rounds=2)
     net = tmp_path / "paper.json"
     inst.save(net)
