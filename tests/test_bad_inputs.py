@@ -336,6 +336,22 @@ def test_interrupted_solve_prints_one_clean_line(tmp_path):
     _assert_interrupted_cleanly(script, tmp_path)
 
 
+def _solve_making(cls_src: str, net: Path, out: Path, method: str) -> str:
+    """A script: `cefl-opt solve` in process whose solve first makes (and drops) an instance of
+    the class `Made`, defined by `cls_src`."""
+    return ("import os, signal, sys\n"
+            "from cefl_opt import cli\n"
+            "import cefl_opt.solvers.base as base\n"
+            "real = base.solve\n"
+            + cls_src +
+            "def solve(*a, **k):\n"
+            "    Made()\n"
+            "    return real(*a, **k)\n"
+            "base.solve = solve\n"
+            f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', {method!r}, '--out', "
+            f"{str(out)!r}]))\n")
+
+
 @pytest.mark.parametrize("method", ["ipopt-enum", "decentralized"])
 def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, method):
     """A Ctrl-C that lands inside a finaliser (`__del__`) cannot be raised there: Python reports
@@ -343,21 +359,11 @@ def test_interrupt_swallowed_in_a_finaliser_still_stops_the_command(tmp_path, me
     solution (not exit 0 with a solution file)."""
     net = tmp_path / "net.json"
     make_instance("tiny", seed=1).save(net)
-    script = ("import os, signal, sys\n"
-              "from cefl_opt import cli\n"
-              "import cefl_opt.solvers.base as base\n"
-              "real = base.solve\n"
-              "class Bomb:\n"
-              "    def __del__(self):\n"
-              "        os.kill(os.getpid(), signal.SIGINT)\n"
-              "        for _ in range(100000): pass   # the handler runs here, inside __del__\n"
-              "def solve(*a, **k):\n"
-              "    Bomb()\n"
-              "    return real(*a, **k)\n"
-              "base.solve = solve\n"
-              f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', {method!r}, '--out', "
-              f"{str(tmp_path / 's.json')!r}]))\n")
-    _assert_interrupted_cleanly(script, tmp_path)
+    bomb = ("class Made:\n"
+            "    def __del__(self):\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        for _ in range(100000): pass   # the handler runs here, inside __del__\n")
+    _assert_interrupted_cleanly(_solve_making(bomb, net, tmp_path / "s.json", method), tmp_path)
 
 
 @pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"),
@@ -368,23 +374,14 @@ def test_an_object_the_signal_left_half_built_is_finalised_silently(tmp_path, si
     it go. That failure is not the user's: exit 130 (143) with the one line, no traceback."""
     net = tmp_path / "net.json"
     make_instance("tiny", seed=1).save(net)
-    script = ("import os, signal, sys\n"
-              "from cefl_opt import cli\n"
-              "import cefl_opt.solvers.base as base\n"
-              "real = base.solve\n"
-              "class Half:\n"
-              "    def __init__(self):\n"
-              f"        os.kill(os.getpid(), {int(sig)})\n"
-              "        for _ in range(100000): pass   # the handler raises here\n"
-              "        self._obj = 1\n"
-              "    def __del__(self):\n"
-              "        self._obj\n"
-              "def solve(*a, **k):\n"
-              "    Half()\n"
-              "    return real(*a, **k)\n"
-              "base.solve = solve\n"
-              f"sys.exit(cli.main(['solve', {str(net)!r}, '--method', 'decentralized', "
-              f"'--out', {str(tmp_path / 's.json')!r}]))\n")
+    half = ("class Made:\n"
+            "    def __init__(self):\n"
+            f"        os.kill(os.getpid(), {int(sig)})\n"
+            "        for _ in range(100000): pass   # the handler raises here\n"
+            "        self._obj = 1\n"
+            "    def __del__(self):\n"
+            "        self._obj\n")
+    script = _solve_making(half, net, tmp_path / "s.json", "decentralized")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        timeout=300, preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),
                                                         signal.signal(signal.SIGTERM, signal.SIG_DFL)))
