@@ -162,25 +162,26 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
     return nlp, *([d[i] for i in range(len(d))] for d in (by_kind["v"], by_kind["c"]))
 
 
-def _jacobian_values(nlp) -> np.ndarray:
-    """The NLP's Jacobian values at its primals, in its fixed (row, col) order, written into one
-    buffer kept on the NLP (PyNumero's `out=`) instead of a new sparse matrix per call. The
-    array is overwritten by the next call: callers copy what they keep."""
-    buf = getattr(nlp, "_cefl_jac", None)
-    if buf is None:
-        buf = nlp._cefl_jac = nlp.evaluate_jacobian()
-        return buf.data
-    return nlp.evaluate_jacobian(out=buf).data
+def _jacobian(nlp):
+    """The NLP's Jacobian at its primals, a COO matrix of its fixed pattern (`_kept`)."""
+    return _kept(nlp, "_cefl_jac", nlp.evaluate_jacobian)
 
 
 def _hessian_lag(nlp):
-    """The NLP's Hessian of the Lagrangian at its primals and duals, as `_jacobian_values`
-    does it: one COO buffer kept on the NLP, overwritten by the next call."""
-    buf = getattr(nlp, "_cefl_hes", None)
+    """The NLP's Hessian of the Lagrangian at its primals and duals (`_kept`)."""
+    return _kept(nlp, "_cefl_hes", nlp.evaluate_hessian_lag)
+
+
+def _kept(nlp, name: str, evaluate: Callable):
+    """`evaluate()` written into one COO matrix kept on the NLP under `name` (PyNumero's
+    `out=`) instead of a new sparse matrix per call; the next call overwrites its values, so
+    callers copy what they keep."""
+    buf = getattr(nlp, name, None)
     if buf is None:
-        buf = nlp._cefl_hes = nlp.evaluate_hessian_lag()
+        buf = evaluate()
+        setattr(nlp, name, buf)
         return buf
-    return nlp.evaluate_hessian_lag(out=buf)
+    return evaluate(out=buf)
 
 
 @dataclass
@@ -338,7 +339,7 @@ class NodeProvider:
         """Fixed structure of diag(P^T H P) for the outer NLP and each level: P's entries
         (row = NLP primal, column = node variable, value 1 or an entry of M), and every
         triple (Hessian entry (r, c), P entry (r, j), P entry (c, j)); then the diagonal is
-        one bincount over the triples. Also the Jacobians' (row, col) for J^T y."""
+        one bincount over the triples (the Hessians and Jacobians themselves: `_kept`)."""
         nv = self.n_vars
         start, end = self._mrange
         plan = []
@@ -353,16 +354,15 @@ class NodeProvider:
             order = np.argsort(prow * nv + pcol)
             prow, pcol, psrc = prow[order], pcol[order], psrc[order]
             ptr = np.searchsorted(prow, np.arange(nlp.n_primals() + 1))
-            H = nlp.evaluate_hessian_lag()
+            H = _hessian_lag(nlp)
             hr, hc = np.asarray(H.row, np.int64), np.asarray(H.col, np.int64)
             e, a = self._pairs(np.arange(len(hr)), hr, ptr[:-1], ptr[1:])   # P entries of row r
             key = prow * nv + pcol
             want = hc[e] * nv + pcol[a]                        # the same column in row c
             b = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
             hit = key[b] == want if len(key) else np.zeros(len(want), bool)
-            J = nlp.evaluate_jacobian() if nlp.n_constraints() else None
             plan.append({"nlp": nlp, "psrc": psrc, "e": e[hit], "a": a[hit], "b": b[hit],
-                         "j": pcol[a[hit]], "H": H, "J": J})
+                         "j": pcol[a[hit]]})
         return plan
 
     def _lifted_at(self, x_local: np.ndarray) -> np.ndarray:
@@ -416,7 +416,7 @@ class NodeProvider:
                             a[np.maximum(lv.aux_pos, 0)])
             lv.nlp.set_primals(prim)
             a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
-            jacs.append(_jacobian_values(lv.nlp))
+            jacs.append(_jacobian(lv.nlp).data)
         self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
                                       a[np.maximum(self._aux_pos, 0)]))
         return jacs
@@ -443,13 +443,13 @@ class NodeProvider:
         nv = self.n_vars
 
         def quad_diag(pl) -> np.ndarray:    # diag(P^T H P) over the plan's triples
-            hd = pl["nlp"].evaluate_hessian_lag(out=pl["H"]).data
+            hd = _hessian_lag(pl["nlp"]).data
             pd = np.where(pl["psrc"] >= 0, md[pl["psrc"]], 1.0)
             return np.bincount(pl["j"], weights=hd[pl["e"]] * pd[pl["a"]] * pd[pl["b"]],
                                minlength=nv)
 
         def jac_t(pl, y) -> np.ndarray:   # J^T y
-            J = pl["nlp"].evaluate_jacobian(out=pl["J"])
+            J = _jacobian(pl["nlp"])
             return np.bincount(J.col, weights=J.data * y[J.row],
                                minlength=pl["nlp"].n_primals())
         outer, lv_plans = self._dplan[0], self._dplan[1:]
@@ -489,7 +489,7 @@ class NodeProvider:
                                minlength=self.n_vars))
         if nlp.n_constraints():
             c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
-            jd = _jacobian_values(nlp)
+            jd = _jacobian(nlp).data
             if self.levels:
                 jd = self._apply(self._jrec, jd, md)
             jd = jd * self.sign[self.jrow]
