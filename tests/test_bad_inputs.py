@@ -314,13 +314,16 @@ def test_solve_writes_trace_only_with_the_solution(tmp_path, capsys):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "s.json", "t.csv"]
 
 
-def _assert_interrupted_cleanly(script: str, folder: Path) -> None:
-    """Run `script` (a CLI call that gets a SIGINT) with Ctrl-C's default disposition: exit 130,
-    only `cefl-opt: interrupted` on stderr, nothing written beside the instance net.json."""
+def _assert_interrupted_cleanly(script: str, folder: Path, code: int = 130,
+                                line: str = "interrupted") -> None:
+    """Run `script` (a CLI call that gets a SIGINT, or a SIGTERM with code 143 and line
+    "terminated") with both signals' default dispositions: exit `code`, only `cefl-opt: line`
+    on stderr, nothing written beside the instance net.json."""
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert p.returncode == 130, (p.stdout, p.stderr)
-    assert p.stderr == "cefl-opt: interrupted\n"
+                       timeout=300, preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),
+                                                        signal.signal(signal.SIGTERM, signal.SIG_DFL)))
+    assert p.returncode == code, (p.stdout, p.stderr)
+    assert p.stderr == f"cefl-opt: {line}\n"
     assert sorted(x.name for x in folder.iterdir()) == ["net.json"]
 
 
@@ -381,13 +384,8 @@ def test_an_object_the_signal_left_half_built_is_finalised_silently(tmp_path, si
             "        self._obj = 1\n"
             "    def __del__(self):\n"
             "        self._obj\n")
-    script = _solve_making(half, net, tmp_path / "s.json", "decentralized")
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300, preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),
-                                                        signal.signal(signal.SIGTERM, signal.SIG_DFL)))
-    assert p.returncode == code, (p.stdout, p.stderr)
-    assert p.stderr == f"cefl-opt: {line}\n"
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json"]
+    _assert_interrupted_cleanly(_solve_making(half, net, tmp_path / "s.json", "decentralized"),
+                                tmp_path, code, line)
 
 
 def test_interrupt_note_is_cleared_after_the_command(tmp_path, monkeypatch, capsys):

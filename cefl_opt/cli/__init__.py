@@ -228,19 +228,15 @@ def main(argv: Sequence[str] | None = None, early_signals: Sequence[int] = ()) -
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except (InputError, ValueError, OSError) as e:
-        if cefl_io.interrupt_noted():   # raised by what the signal cut short, not by the input
-            return _stopped(cefl_io.terminate_noted())
-        if debug:
-            raise
-        return fail(_message(e), EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:
         return _stopped(isinstance(e, cefl_io.Terminated))
     except Exception as e:  # noqa: BLE001 - the policy: one line, never a traceback
-        if cefl_io.interrupt_noted():   # the signal's KeyboardInterrupt, wrapped on its way out
-            return _stopped(cefl_io.terminate_noted())      # (ctypes: ArgumentError)
+        if cefl_io.interrupt_noted():   # raised by what the signal cut short (ctypes wraps the
+            return _stopped(cefl_io.terminate_noted())      # interrupt as ArgumentError)
         if debug:
             raise
+        if isinstance(e, (InputError, ValueError, OSError)):
+            return fail(_message(e), EXIT_BAD_INPUT)
         from ..solvers.base import SolverError
         if isinstance(e, SolverError):
             return fail(_message(e), EXIT_NO_SOLUTION)
