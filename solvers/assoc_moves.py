@@ -588,6 +588,7 @@ def moved_groups(st: DecStructure, u0: np.ndarray, u1: np.ndarray, views: MoveVi
     the spanning tree (`views.node_sum`), as in `_downlinks`. Each as (round, UE, old BS, new
     BS, the group's indicator row (BS -> index, -1 where absent)); uplinks then downlinks."""
     out = []
+    x0, x1 = u0 * st.scale, u1 * st.scale
     for key in ("Inb", "Ibn"):
         ix = st.idx[key]
         T, N, _B = ix.shape
@@ -596,10 +597,9 @@ def moved_groups(st: DecStructure, u0: np.ndarray, u1: np.ndarray, views: MoveVi
             g = ix[t, n][ix[t, n] >= 0]
             if len(g) < 2 or not views.local_vars[g[0]]:
                 continue
-            old = int(np.argmax(np.where(ix[t, n] >= 0, (u0 * st.scale)[np.maximum(ix[t, n], 0)],
-                                         -np.inf)))
-            new = int(np.argmax(np.where(ix[t, n] >= 0, (u1 * st.scale)[np.maximum(ix[t, n], 0)],
-                                         -np.inf)))
+            at = np.maximum(ix[t, n], 0)
+            old = int(np.argmax(np.where(ix[t, n] >= 0, x0[at], -np.inf)))
+            new = int(np.argmax(np.where(ix[t, n] >= 0, x1[at], -np.inf)))
             own[st.primary[g[0]], [2 * (t * N + n), 2 * (t * N + n) + 1]] = old + 1, new + 1
         ob = np.rint(views.node_sum(own)).astype(np.int64).reshape(T, N, 2) - 1
         for t, n in np.ndindex(T, N):

@@ -191,30 +191,24 @@ def test_a_fault_on_one_rank_ends_every_rank(tiny, tmp_path):
     assert _hydra_files() <= before, "mpiexec left its topology file in /tmp"
 
 
+def _stat(pid) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, parent pid, ...); None for
+    a process that is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
 def _children(pid: int) -> list[int]:
     """Pids of the live processes whose parent is `pid` (mpiexec's hydra proxies, which run in
     sessions of their own and remove the launch's topology file when they end)."""
-    kids = []
-    for d in Path("/proc").iterdir():
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[-1].split()
-        except (OSError, ValueError):
-            continue
-        if d.name.isdigit() and fields[0] != "Z" and int(fields[1]) == pid:
-            kids.append(int(d.name))
-    return kids
+    kids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
+    return [k for k in kids if (f := _stat(k)) and f[0] != "Z" and int(f[1]) == pid]
 
 
 def _alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.append(pid)
-    return out
+    return [k for k in pids if (f := _stat(k)) and f[0] != "Z"]
 
 
 def _hydra_files() -> set[str]:
