@@ -371,7 +371,7 @@ def _setup(inst: Instance, *, method: str, consensus_rounds: int, max_outer: int
     if spread and method != "decentralized":
         raise ValueError(f"option '--backend {comm.backend}' runs method 'decentralized' only, "
                          f"not {method!r}")
-    own = dict(local=comm.local_nodes(), allgather=comm.world.allgather) if spread else {}
+    own = dict(local=comm.local_nodes(), allgather=comm.allgather) if spread else {}
     st = structure if structure is not None else build_structure(
         inst, bound=bound, relax_init=(init == "relaxed"), **own)
     st.reset_bounds()

@@ -32,10 +32,12 @@ the solver's path depends on the last bits of these sums: docs/scale-mpi.md). Th
 loop's reduce (`reduce_product`) moves only the entries with terms in its maps: the others
 are 0.0 and add nothing to any sum, and which ones they are travels once per set of maps
 (`_live_layout`). The layout of every round follows from the plan (the same on both sides),
-so only payload floats travel, and a round's received values land in place. A
-rank waiting for an exchange yields its core between tests of the request
-(`Ineighbor_alltoallv`; on a machine with as many cores as ranks this costs nothing, on a
-loaded one the rank it waits for gets the core sooner). `broadcast_sums` carries several
+so only payload floats travel, and a round's received values land in place. No rank waits
+inside a blocking MPI call: every exchange and sum is a non-blocking request, and the few
+blocking collectives (start-up, reports) follow a non-blocking barrier; a rank tests the
+request and yields its core between tests (`wait`; on a machine with as many cores as ranks
+this costs nothing, on a loaded one the rank it waits for gets the core sooner), so a signal
+reaches every rank, each of which says why it ends. `broadcast_sums` carries several
 vectors in one broadcast; `global_max` floods each rank's max over the rank graph (its
 diameter in exchanges). Each rank counts its exchanges, the bytes it sends and the time inside
 them (`exchange_report`).
@@ -61,8 +63,8 @@ import scipy.sparse as sp
 
 from .dec_comm import Comm, RelayPlan, cached_on_plan
 
-__all__ = ["MpiComm", "MpiUnavailable", "mpi_world", "node_memory", "node_weights", "node_work",
-           "partition_nodes", "under_mpiexec"]
+__all__ = ["MpiComm", "MpiUnavailable", "arrive", "mpi_world", "node_memory", "node_weights",
+           "node_work", "partition_nodes", "under_mpiexec", "wait"]
 
 _PM_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD",
             "MPI_LOCALNRANKS")
@@ -109,6 +111,22 @@ def abort_launch_on_failure(code: int) -> None:
     if any(k in os.environ for k in _HYDRA_VARS):
         os._exit(code)
     MPI.COMM_WORLD.Abort(code)
+
+
+def wait(req) -> None:
+    """Wait for the non-blocking MPI request `req`, testing it and yielding the core between
+    tests (on a loaded machine the rank waited for gets it sooner). Unlike a blocking call,
+    the wait returns to Python between tests, so a signal's handler (Ctrl-C, SIGTERM) runs in
+    a rank whose peers have not arrived yet: every rank of an interrupted launch says why it
+    ends, instead of being killed by the launcher while deaf inside a collective."""
+    while not req.Test():
+        os.sched_yield()
+
+
+def arrive(comm) -> None:
+    """Return once every rank of `comm` has called it (a non-blocking barrier, `wait`ed on): a
+    blocking collective right after it finds every rank there, so it holds none for long."""
+    wait(comm.Ibarrier())
 
 
 # ---------------------------------------------------------------------- partition
@@ -207,6 +225,7 @@ class MpiComm(Comm):
             raise ValueError(f"{self.size} MPI ranks for {V} network nodes: use at most {V} "
                              f"ranks (each rank needs at least one node)")
         parts = partition_nodes(self.adj, self.size, weights) if self.rank == 0 else None
+        arrive(self.world)          # rank 0 partitions while the others wait
         self.owner = np.asarray(self.world.bcast(parts, root=0), dtype=np.int64)
         self._local = np.flatnonzero(self.owner == self.rank)
         self.is_local = self.owner == self.rank
@@ -244,8 +263,7 @@ class MpiComm(Comm):
         if self.nbr_ranks:
             req = self.gcomm.Ineighbor_alltoallv([send, (scounts, None), MPI.DOUBLE],
                                                  [recv, (recv_counts, None), MPI.DOUBLE])
-            while not req.Test():      # waiting, give the core to the rank we wait for
-                os.sched_yield()
+            wait(req)
         self.exchanges += 1
         self.exchange_bytes += 8 * send.size
         self.exchange_s += time.perf_counter() - t0
@@ -290,7 +308,7 @@ class MpiComm(Comm):
         t0 = time.perf_counter()
         s = np.asarray(send_counts, dtype=np.int64)
         r = np.empty(len(self.nbr_ranks), dtype=np.int64)
-        self.gcomm.Neighbor_alltoall([s, MPI.INT64_T], [r, MPI.INT64_T])
+        wait(self.gcomm.Ineighbor_alltoall([s, MPI.INT64_T], [r, MPI.INT64_T]))
         self.exchanges += 1
         self.exchange_bytes += 8 * s.size
         self.exchange_s += time.perf_counter() - t0
@@ -658,8 +676,10 @@ class MpiComm(Comm):
         from mpi4py import MPI
         self._flush_charges()
         m, b = np.empty_like(self.msgs), np.empty_like(self.bytes)
-        self.world.Allreduce([self.msgs, MPI.INT64_T], [m, MPI.INT64_T])
-        self.world.Allreduce([self.bytes, MPI.INT64_T], [b, MPI.INT64_T])
+        reqs = [self.world.Iallreduce([self.msgs, MPI.INT64_T], [m, MPI.INT64_T]),
+                self.world.Iallreduce([self.bytes, MPI.INT64_T], [b, MPI.INT64_T])]
+        for req in reqs:
+            wait(req)
         self.total_msgs += int(m.sum())
         self.total_bytes += int(b.sum())
         self.msgs[:] = 0
@@ -672,15 +692,21 @@ class MpiComm(Comm):
         `wall_s` (the solver's time so far on that rank)."""
         import resource
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        rows = self.world.allgather((self.exchanges, self.exchange_bytes, self.exchange_s,
+        rows = self.allgather((self.exchanges, self.exchange_bytes, self.exchange_s,
                                      self.exchange_s / wall_s if wall_s > 0 else 0.0, rss,
                                      wall_s))
         keys = ("count", "bytes", "seconds", "share_of_wall", "peak_rss_mb", "wall_s")
         return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
+    def allgather(self, value: object) -> list:
+        """Every rank's `value`, in rank order, on every rank (collective)."""
+        arrive(self.world)
+        return self.world.allgather(value)
+
     def gather_to_root(self, values: dict[int, object]) -> dict[int, object] | None:
         """Rank 0 collects every rank's per-node results {node: value} (for writing the
         solution); None on the other ranks."""
+        arrive(self.world)
         parts = self.world.gather(values, root=0)
         if self.rank != 0:
             return None

@@ -262,6 +262,38 @@ def test_exchanges_between_two_ranks_are_counted_and_batched():
     assert "OK" in p.stdout and "MISMATCH" not in p.stdout
 
 
+@needs_mpiexec
+@one_launch_at_a_time
+@pytest.mark.parametrize("site", ["allgather", pytest.param("snapshot", marks=pytest.mark.slow),
+                                  pytest.param("exchange", marks=pytest.mark.slow),
+                                  pytest.param("gather", marks=pytest.mark.slow)])
+def test_a_rank_waiting_for_another_hears_ctrl_c(site):
+    """tests/mpi/wait_check.py: rank 0 waits in a collective for rank 1, which sleeps; Ctrl-C
+    (SIGINT to the launch's process group) reaches both: each prints its line and the launch
+    exits 130. A rank deaf inside a blocking MPI call would print nothing and be killed."""
+    import signal
+    import time
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+    p = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable,
+                          str(HERE / "mpi" / "wait_check.py"), site],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env=env)
+    try:
+        ready = {p.stdout.readline().strip() for _ in range(2)}
+        assert ready == {"rank 0 ready", "rank 1 ready"}, ready
+        time.sleep(1.0)                  # rank 0 inside the collective, rank 1 asleep
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, out + err
+    assert sorted(ln for ln in out.splitlines() if ln.startswith("rank")) == [
+        "rank 0 interrupted", "rank 1 interrupted"], out + err
+
+
 def test_bench_scale_per_rank_columns():
     """`bench_scale._per_rank`: one column set per rank from `info['exchanges']`, the per
     inner iteration values divided by hand; nothing for a one-process run."""
