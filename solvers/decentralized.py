@@ -684,13 +684,39 @@ def _refine_subsets(run: DecentralizedRun, inc: Candidate, u_moved: np.ndarray, 
     return out, kept
 
 
+#: the search's counts in `info` (`aggregator_search`'s and `_refine`'s), summed over the starts
+SEARCH_COUNTS = ("aggregator_trials", "aggregator_moves", "aggregator_visits",
+                 "aggregator_screened", "aggregator_batches", "aggregator_batch_moves",
+                 "aggregator_batch_dropped", "refine_rounds", "refine_moves", "refine_accepted",
+                 "group_moves", "group_trials", "exact_trials", "exact_screened",
+                 "refine_subsets", "refine_subset_moves")
+
+
+def _aggregator_stage(run: DecentralizedRun, c: Candidate, views) -> tuple[Candidate, dict]:
+    """`aggregator_search` from the finished candidate c, then, when an aggregator moved,
+    `_refine` at the new point. Returns the candidate and the counts."""
+    k = run.k
+    best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), run.st,
+                                  passes=k.agg_passes, viol_tol=k.viol_tol, screen=k.agg_screen,
+                                  estimate=lambda u: run.timed("estimate_s", _estimate_point,
+                                                               run, u, views, c.start),
+                                  afford=run.budget.afford)
+    if k.refine_rounds and cnt["aggregator_moves"]:
+        best, more = _refine(run, best, views)
+        cnt = {key: cnt.get(key, 0) + more.get(key, 0) for key in SEARCH_COUNTS}
+    return best, cnt
+
+
 def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                        t1: float) -> Candidate:
     """Phases 2-3 and the search after them (`solvers/aggregator_moves.py`): the rounded
-    point finished, then with `candidates` = 2 the rounding of the start w^0 finished too;
-    from each, up to `agg_passes` passes of aggregator moves and then `_refine`; the network
-    keeps the candidate of least J. Records the first finishing phase and the search in
-    `run.info`."""
+    point finished, then with `candidates` = 2 the rounding of the start w^0 finished too.
+    The search then runs in two stages, the step that gains most per network pass first, so
+    that a budget that ends the search early has spent it where it pays: stage 1 refines every
+    start (`_refine`: association moves at its finished point); stage 2 visits the starts from
+    the least J up, each with up to `agg_passes` passes of aggregator moves and, when an
+    aggregator moved, `_refine` again (`_aggregator_stage`). The network keeps the candidate of
+    least J. Records the first finishing phase and the search in `run.info`."""
     k, st = run.k, run.st
     first = _finish_point(run, u_rounded, views, "relaxed", record=True)
     run.info.update(stop_reason_finishing=first.reason,
@@ -698,34 +724,24 @@ def _finish_and_search(run: DecentralizedRun, u_rounded: np.ndarray, views,
                     finishing_s=time.perf_counter() - t1, objective_first=first.J)
     t_s = time.perf_counter()
     run.budget = budget = SearchBudget(limit=k.search_budget * run.relaxed_passes)
-    starts = [first]
+    found = [first]
     if k.candidates >= 2 and budget.afford():
         u_start, _ = _rounding(run, st.u0)
-        starts.append(_finish_point(run, u_start, views, "start"))
-    found, counts = [], {"aggregator_trials": 0, "aggregator_moves": 0, "aggregator_visits": 0,
-                         "aggregator_screened": 0, "aggregator_batches": 0,
-                         "aggregator_batch_moves": 0, "aggregator_batch_dropped": 0,
-                         "refine_rounds": 0, "refine_moves": 0,
-                         "refine_accepted": 0, "group_moves": 0, "group_trials": 0,
-                         "exact_trials": 0, "exact_screened": 0, "refine_subsets": 0,
-                         "refine_subset_moves": 0}
-    phases = {}
-    for c in starts:
-        t_a = time.perf_counter()
-        best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), st,
-                                      passes=k.agg_passes, viol_tol=k.viol_tol,
-                                      screen=k.agg_screen,
-                                      estimate=lambda u: run.timed(
-                                          "estimate_s", _estimate_point, run, u, views,
-                                          c.start),
-                                      afford=budget.afford)
-        t_r = time.perf_counter()
-        if k.refine_rounds:
-            best, more = _refine(run, best, views)
-            cnt = {**cnt, **more}
-        phases[c.start] = {"aggregator_s": t_r - t_a, "refine_s": time.perf_counter() - t_r}
-        found.append(best)
-        counts = {key: counts[key] + cnt.get(key, 0) for key in counts}
+        found.append(_finish_point(run, u_start, views, "start"))
+    counts = dict.fromkeys(SEARCH_COUNTS, 0)
+    phases = {c.start: {"aggregator_s": 0.0, "refine_s": 0.0} for c in found}
+
+    def stage(i: int, kind: str, step) -> None:
+        t = time.perf_counter()
+        found[i], cnt = step(run, found[i], views)
+        phases[found[i].start][kind] += time.perf_counter() - t
+        for key in SEARCH_COUNTS:
+            counts[key] += cnt.get(key, 0)
+    if k.refine_rounds:
+        for i in range(len(found)):
+            stage(i, "refine_s", _refine)
+    for i in sorted(range(len(found)), key=lambda i: (found[i].viol > k.viol_tol, found[i].J)):
+        stage(i, "aggregator_s", _aggregator_stage)
     run.budget = None
     run.info.update(search_stop="search budget" if budget.stopped else "completed",
                     search_passes=budget.spent, search_budget_passes=budget.limit,

@@ -341,6 +341,66 @@ def test_search_constants_on_the_command_line(tmp_path, capsys, name, value, ok)
         assert "Traceback" not in err and not out_path.exists()
 
 
+# ------------------------------------------------------------ the search's stages
+def _stage_harness(monkeypatch, starts, refine_gain, agg, refine_rounds=3, budget=25.0):
+    """`decentralized._finish_and_search` with its steps replaced by tables: the finished
+    starts have J = starts["relaxed"], starts["start"]; `_refine` lowers J by
+    refine_gain[start]; `aggregator_search` moves agg[start][0] aggregators and lowers J by
+    agg[start][1]. Returns the chosen candidate, the calls in order and `run.info`."""
+    from cefl_opt.solvers import decentralized as dz
+    calls = []
+
+    def finish_point(run, u, views, start, record=False):
+        return agm.Candidate(u=np.zeros(1), J=starts[start], viol=0.0, start=start)
+
+    def refine(run, inc, views):
+        calls.append(("refine", inc.start, inc.J))
+        return (agm.Candidate(u=inc.u, J=inc.J - refine_gain[inc.start], viol=0.0,
+                              start=inc.start), {"refine_rounds": 1})
+
+    def search(inc, finish, st, **kw):
+        calls.append(("aggregators", inc.start, inc.J))
+        moved, gain = agg[inc.start]
+        return (agm.Candidate(u=inc.u, J=inc.J - gain, viol=0.0, start=inc.start),
+                {"aggregator_moves": moved, "aggregator_trials": 2})
+    monkeypatch.setattr(dz, "_finish_point", finish_point)
+    monkeypatch.setattr(dz, "_rounding", lambda run, u: (u, None))
+    monkeypatch.setattr(dz, "_refine", refine)
+    monkeypatch.setattr(dz, "aggregator_search", search)
+    monkeypatch.setattr(dz, "fix_indicators_at", lambda st, u: None)
+    run = SimpleNamespace(st=SimpleNamespace(u0=np.zeros(1)), info={}, dec=False, msg_hist=[],
+                          finished=[], search_times={}, relaxed_passes=100, budget=None,
+                          k=SimpleNamespace(candidates=2, refine_rounds=refine_rounds,
+                                            agg_passes=3, agg_screen=3, viol_tol=TOL,
+                                            search_budget=budget))
+    chosen = dz._finish_and_search(run, np.zeros(1), None, 0.0)
+    return chosen, calls, run.info
+
+
+def test_the_search_refines_every_start_before_any_aggregator_move(monkeypatch):
+    """Stage 1 refines both starts; stage 2 visits the starts from the least J up (here the
+    start, refined to 1.4, before the relaxed rounding at 1.8), each refined again only when an
+    aggregator moved; the least J is chosen and the counts are summed over the starts."""
+    chosen, calls, info = _stage_harness(
+        monkeypatch, {"relaxed": 2.0, "start": 2.5}, {"relaxed": 0.2, "start": 1.1},
+        {"relaxed": (1, 0.1), "start": (0, 0.0)})
+    assert calls == [("refine", "relaxed", 2.0), ("refine", "start", 2.5),
+                     ("aggregators", "start", 1.4), ("aggregators", "relaxed", 1.8),
+                     ("refine", "relaxed", pytest.approx(1.7))]
+    assert chosen.start == "start" and chosen.J == 1.4
+    assert info["candidate_objectives"] == [pytest.approx(1.5), 1.4]
+    assert info["refine_rounds"] == 3 and info["aggregator_moves"] == 1
+    assert info["aggregator_trials"] == 4 and info["search_stop"] == "completed"
+
+
+def test_the_search_without_refinement_visits_the_starts_by_J(monkeypatch):
+    chosen, calls, _info = _stage_harness(
+        monkeypatch, {"relaxed": 2.0, "start": 1.9}, {"relaxed": 0.0, "start": 0.0},
+        {"relaxed": (1, 0.5), "start": (1, 0.0)}, refine_rounds=0)
+    assert calls == [("aggregators", "start", 1.9), ("aggregators", "relaxed", 2.0)]
+    assert chosen.start == "relaxed" and chosen.J == 1.5
+
+
 # ------------------------------------------------------------ refinement at finished points
 def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budget=None):
     """`decentralized._refine` with its steps replaced by a table: the k-th finishing phase
@@ -616,13 +676,15 @@ def test_the_search_batches_the_rounds_promising_moves():
 
 @pytest.mark.parametrize("seed", [3, 5])
 def test_batched_search_is_never_worse_than_the_search_free_run(seed):
-    """Four DCs, a screen of 1 and 3 outer iterations per phase: the estimates promise gains,
-    so the rounds' moves are batched (seed 3: two moves in one finishing phase); the end is
-    feasible and at or below the search-free run's objective."""
+    """Four DCs, a screen of 1, 3 outer iterations per phase and no refinement (the aggregator
+    moves start from the finished points themselves): the estimates promise gains, so the
+    rounds' moves are batched (seed 3: two moves in one finishing phase); the end is feasible
+    and at or below the search-free run's objective."""
     inst = make_instance("small", seed=seed, rounds=2, dcs=4)
     free_k = {"agg_passes": 0, "candidates": 1, "refine_rounds": 0}
     s0, _i0 = solve_decentralized(inst, constants=free_k, max_outer=3)
-    s1, i1 = solve_decentralized(inst, constants={"agg_screen": 1}, max_outer=3)
+    s1, i1 = solve_decentralized(inst, constants={"agg_screen": 1, "refine_rounds": 0},
+                                 max_outer=3)
     assert s1.objective <= s0.objective * (1 + 1e-12) and system.evaluate(inst, s1).feasible
     assert i1["aggregator_batches"] > 0 and i1["central_steps"] == []
     if seed == 3:
