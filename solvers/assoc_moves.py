@@ -445,20 +445,27 @@ def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
     return u, linearise(u)
 
 
-def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray,
-                 linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, a: np.ndarray,
+                 values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                  global_max: Callable[[np.ndarray], float]
                  ) -> tuple[np.ndarray, Linearisation, float]:
     """A trial point evaluated exactly: its indicators fixed, its epigraphs tightened, J
     (summed over the spanning tree) and the largest violation of the non-forcing rows
-    (max-reduced). Returns (the point, its linearisation, the violation)."""
+    (max-reduced). Both evaluations are `values` (J and C only): the tightening reads the
+    Jacobian only at the epigraph variables, whose rows are linear in them with constant
+    coefficients, so the current point's Jacobian data `a` serves. Returns (the point, its
+    values, the violation)."""
     fix_indicators_at(st, ut)
-    ut, lt = _tightened(st, ut, free, linearise, views)
-    return ut, lt, global_max(np.where(free, np.maximum(lt.c, 0.0), 0.0))
+    v = values(ut)
+    v.a = a
+    ut = tighten_epigraphs(st, ut, v, free, views)
+    vt = values(ut)
+    return ut, vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
 
 
 def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
-                    linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                    linearise: Callable[[np.ndarray], Linearisation],
+                    values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                     global_max: Callable[[np.ndarray], float], viol_tol: float,
                     passes: int, afford: Callable[..., bool] = lambda passes=0: True
                     ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -495,11 +502,11 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 tried += 1
                 ut = u.copy()
                 ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
-                ut, lt, viol = _exact_trial(st, ut, free, linearise, views, global_max)
-                if viol <= viol_tol and (best is None or lt.f < best[1].f):
-                    best = (ut, lt)
+                ut, vt, viol = _exact_trial(st, ut, free, lin.a, values, views, global_max)
+                if viol <= viol_tol and (best is None or vt.f < best[1].f):
+                    best = (ut, vt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
-                u, lin, moves, moved = best[0], best[1], moves + 1, True
+                u, lin, moves, moved = best[0], linearise(best[0]), moves + 1, True
             fix_indicators_at(st, u)
         if not moved:
             break
@@ -542,7 +549,8 @@ def _bs_groups(st: DecStructure, down: np.ndarray
 
 
 def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
-                      linearise: Callable[[np.ndarray], Linearisation], views: MoveViews,
+                      linearise: Callable[[np.ndarray], Linearisation],
+                      values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                       global_max: Callable[[np.ndarray], float], viol_tol: float,
                       passes: int, afford: Callable[..., bool] = lambda passes=0: True
                       ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -569,11 +577,11 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 ut = u.copy()
                 ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
-                ut, lt, viol = _exact_trial(st, ut, free, linearise, views, global_max)
-                if viol <= viol_tol and (best is None or lt.f < best[1].f):
-                    best = ((ut, b), lt)
+                ut, vt, viol = _exact_trial(st, ut, free, lin.a, values, views, global_max)
+                if viol <= viol_tol and (best is None or vt.f < best[1].f):
+                    best = ((ut, b), vt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
-                u, lin, moves, moved = best[0][0], best[1], moves + 1, True
+                u, lin, moves, moved = best[0][0], linearise(best[0][0]), moves + 1, True
                 down[t, ues] = best[0][1]
             fix_indicators_at(st, u)
         if not moved:

@@ -114,14 +114,31 @@ class DistributedEvaluator:
             c[st.row_ptr[d]:st.row_ptr[d + 1]] = c_d
             np.add.at(a, st.node_jac[d], jd)
         g = comm.reduce(pl, g_ent) * st.scale
-        f_root = comm.reduce(self.inner.gplan, fn[self.inner.gplan.entry_node])
-        if self.spread:   # the root's sum reaches every process (it is only traced)
-            f = float(comm.broadcast(self.inner.gplan, f_root)[self.inner.tree_entry])
-        else:
-            f = float(f_root[0])
+        f = self._tree_sum(fn)
         a *= st.scale[st.jac_cols]
         rn = st.row_norm
         return Linearisation(u=u.copy(), f=f, g=g, c=c / rn, a=a / rn[st.jac_rows], f_nodes=fn)
+
+    def values(self, u: np.ndarray) -> Linearisation:
+        """J and C at u, bit for bit as `linearise` gives them, without grad J and the
+        Jacobian (g and a None): the copies' broadcast, each node's values, J's sum."""
+        st = self.st
+        xe = self.comm.broadcast(self.inner.plan, st.x_of(u))
+        c = np.zeros(st.n_rows)
+        fn = np.zeros(st.n_nodes)
+        for d in self.nodes:
+            fn[d], c[st.row_ptr[d]:st.row_ptr[d + 1]] = st.providers[d].values(xe[self.pent[d]])
+        return Linearisation(u=u.copy(), f=self._tree_sum(fn), g=None, c=c / st.row_norm,
+                             a=None, f_nodes=fn)
+
+    def _tree_sum(self, fn: np.ndarray) -> float:
+        """J: the nodes' shares summed over the spanning tree (with the MPI backend the root's
+        sum reaches every process; it is only traced)."""
+        gp = self.inner.gplan
+        f_root = self.comm.reduce(gp, fn[gp.entry_node])
+        if self.spread:
+            return float(self.comm.broadcast(gp, f_root)[self.inner.tree_entry])
+        return float(f_root[0])
 
     def curvature(self, u: np.ndarray, y: np.ndarray) -> np.ndarray:
         st, comm, pl = self.st, self.comm, self.inner.plan
@@ -509,6 +526,18 @@ def _linearise_fn(run: DecentralizedRun):
     return counted
 
 
+def _values_fn(run: DecentralizedRun):
+    """J and C only (`values`: no gradient, no Jacobian), by messages or on global arrays;
+    each call is one network pass charged to the search's budget, as a linearisation is."""
+    val = run.evaluator.values if run.dec else run.st.values
+
+    def counted(u: np.ndarray) -> Linearisation:
+        if run.budget is not None:
+            run.budget.charge(1)
+        return val(u)
+    return counted
+
+
 def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views,
                        record: bool = True) -> np.ndarray:
     """Node-local association moves (`solvers/assoc_moves.py`, docs/decentralized.md
@@ -550,11 +579,11 @@ def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
     if run.budget is not None:
         run.budget.charge(1)
     if not run.dec:
-        lin = st.linearise(u)
+        lin = st.values(u)
         return float(lin.f), float(np.max(np.where(free, np.maximum(lin.c, 0.0), 0.0),
                                           initial=0.0))
-    lin = run.evaluator.linearise(u)
-    if not run.spread:   # spread: `linearise` already broadcast J from the root
+    lin = run.evaluator.values(u)
+    if not run.spread:   # spread: `values` already broadcast J from the root
         run.comm.broadcast(inner.gplan, np.array([lin.f]))
     return float(lin.f), inner.global_max(np.where(free, np.maximum(lin.c, 0.0), 0.0))
 
@@ -598,7 +627,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     {"refine_rounds", "refine_moves", "refine_accepted"}."""
     st, k = run.st, run.k
     free = _free_rows(st)
-    lin_fn = _linearise_fn(run)
+    lin_fn, val_fn = _linearise_fn(run), _values_fn(run)
     gmax = run.inner.global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,
@@ -615,10 +644,10 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
         u_moved, moved = timed("priced_moves_s", association_moves, st, inc.u, free,
                                linearise=lin_fn, views=views, passes=passes)
         u_moved, exact = timed("exact_moves_s", exact_top_moves, st, u_moved, free,
-                               linearise=lin_fn, views=views, global_max=gmax,
+                               linearise=lin_fn, values=val_fn, views=views, global_max=gmax,
                                viol_tol=k.viol_tol, passes=passes, afford=afford)
         u_moved, group = timed("group_moves_s", exact_group_moves, st, u_moved, free,
-                               linearise=lin_fn, views=views, global_max=gmax,
+                               linearise=lin_fn, values=val_fn, views=views, global_max=gmax,
                                viol_tol=k.viol_tol, passes=1, afford=afford)
         cnt["refine_rounds"] += 1
         cnt["group_moves"] += group["group_moves"]

@@ -407,8 +407,9 @@ class NodeProvider:
             md[base:base + size] = self._apply(rec, jd, md)
         return md
 
-    def _forward(self, x_local: np.ndarray) -> list:
-        """Values of the lifts at x_local (set on every NLP); the levels' Jacobian data."""
+    def _forward(self, x_local: np.ndarray, jacobians: bool = True) -> list:
+        """Values of the lifts at x_local (set on every NLP); the levels' Jacobian data (none
+        without `jacobians`)."""
         a = np.zeros(self.n_lifts)
         jacs = []
         for lv in self.levels:
@@ -416,7 +417,8 @@ class NodeProvider:
                             a[np.maximum(lv.aux_pos, 0)])
             lv.nlp.set_primals(prim)
             a[lv.out] = np.asarray(lv.nlp.evaluate_constraints(), float) - lv.ub
-            jacs.append(_jacobian(lv.nlp).data)
+            if jacobians:
+                jacs.append(_jacobian(lv.nlp).data)
         self.nlp.set_primals(np.where(self._w_pos >= 0, x_local[np.maximum(self._w_pos, 0)],
                                       a[np.maximum(self._aux_pos, 0)]))
         return jacs
@@ -497,16 +499,30 @@ class NodeProvider:
             c, jd = np.zeros(0), np.zeros(0)
         return f, g, c, jd
 
+    def values(self, x_local: np.ndarray) -> tuple[float, np.ndarray]:
+        """(share, C) at x_local, bit for bit as `evaluate` gives them, without the gradient
+        and the Jacobian (about half an evaluation's cost)."""
+        nlp = self.nlp
+        if not self.levels:
+            nlp.set_primals(x_local)
+        elif self._at is None or not np.array_equal(self._at[0], x_local):
+            self._forward(x_local, jacobians=False)
+            self._at = None      # the primals moved without M's data: `_lifted_at` recomputes
+        f = float(nlp.evaluate_objective())
+        if not nlp.n_constraints():
+            return f, np.zeros(0)
+        return f, (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
+
 
 @dataclass
 class Linearisation:
     """J, grad J (u-space, per shared variable), C (normalised rows), Jacobian data of C in
-    `st.jac` order, at u. `f_nodes`: each node's share."""
+    `st.jac` order, at u. `f_nodes`: each node's share. From `values`, g and a are None."""
     u: np.ndarray
     f: float
-    g: np.ndarray
+    g: np.ndarray | None
     c: np.ndarray
-    a: np.ndarray
+    a: np.ndarray | None
     f_nodes: np.ndarray
 
 
@@ -646,6 +662,17 @@ class DecStructure:
         rn = self.row_norm
         return Linearisation(u=u.copy(), f=float(fn.sum()), g=g, c=c / rn,
                              a=a / rn[self.jac_rows], f_nodes=fn)
+
+    def values(self, u: np.ndarray) -> Linearisation:
+        """J and C at u, bit for bit as `linearise` gives them, without grad J and the
+        Jacobian (g and a None): every node evaluates its provider's values only."""
+        x = self.x_of(u)
+        c = np.zeros(self.n_rows)
+        fn = np.zeros(self.n_nodes)
+        for d, pv in enumerate(self.providers):
+            fn[d], c[self.row_ptr[d]:self.row_ptr[d + 1]] = pv.values(x[pv.comp])
+        return Linearisation(u=u.copy(), f=float(fn.sum()), g=None, c=c / self.row_norm,
+                             a=None, f_nodes=fn)
 
     def live_entries(self, u: np.ndarray, nodes, seed: int = 0) -> np.ndarray:
         """(nnz,) bool: the Jacobian entries that can be nonzero under the current bounds,
@@ -974,7 +1001,7 @@ class RemoteNode:
     def evaluate(self, x_local: np.ndarray):
         raise RuntimeError(f"node {self.name} is held by another process")
 
-    hessian_diag = evaluate
+    hessian_diag = values = evaluate
 
 
 def _fill_remote(providers: list, jac0: list, node_comps: list, sv: _SharedVariables,

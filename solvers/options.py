@@ -399,9 +399,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "agg_screen": ("the most aggregator trials a visit finishes: with more other DCs, each "
                    "trial is first estimated (aggregator set, epigraphs tightened, no finishing "
                    "phase) and only this many best estimates are finished", at_least(1), None),
-    "refine_rounds": ("rounds of association moves at each searched candidate's finished "
-                      "point, each followed by a finishing phase and kept only when the "
-                      "finished objective falls (0: off)", at_least(0), None),
+    "refine_rounds": ("rounds of association moves at each start's finished point (before "
+                      "its aggregator moves, and again after an aggregator moved), each "
+                      "followed by a finishing phase and kept only when the finished "
+                      "objective falls (0: off)", at_least(0), None),
     "candidates": ("starts finished and compared by the network's minimum objective: 1 the "
                    "relaxed rounding, 2 also the rounding of the start w^0",
                    in_interval(1, 2), None),

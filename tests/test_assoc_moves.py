@@ -189,7 +189,8 @@ def test_the_prefilter_keeps_every_ue_the_screen_flags_and_drops_most(preset, se
 def _moved_and_checked(move, key: str, inst, st, u, free, views, ev0: float):
     """`move` (exact_top_moves or exact_group_moves) to its end; checks that the end is feasible,
     that something moved and that P fell by the reported gain (`system.evaluate`)."""
-    u2, info = move(st, u, free, linearise=st.linearise, views=views, global_max=_gmax,
+    u2, info = move(st, u, free, linearise=st.linearise, values=st.values, views=views,
+                    global_max=_gmax,
                     viol_tol=1e-6, passes=20)
     sol = _solution(inst, st, u2)
     ev1 = system.evaluate(inst, sol)
@@ -223,13 +224,13 @@ def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T
                 assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9)
             arr[n] = keep
     # the reject branch: from the end point nothing lowers P, so nothing moves
-    u3, again = am.exact_top_moves(st, u2, free, linearise=st.linearise, views=views,
-                                   global_max=_gmax, viol_tol=1e-6, passes=20)
+    u3, again = am.exact_top_moves(st, u2, free, linearise=st.linearise, values=st.values,
+                                   views=views, global_max=_gmax, viol_tol=1e-6, passes=20)
     assert again["exact_moves"] == 0 and again["exact_gain"] == 0.0
     ind = np.concatenate(am._groups(st))
     assert np.array_equal(u3[ind], u2[ind])
-    _u, none = am.exact_top_moves(st, u, free, linearise=st.linearise, views=views,
-                                  global_max=_gmax, viol_tol=1e-6, passes=0)
+    _u, none = am.exact_top_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                  views=views, global_max=_gmax, viol_tol=1e-6, passes=0)
     assert none["exact_moves"] == 0 and none["exact_trials"] == 0
 
 
@@ -270,13 +271,13 @@ def test_group_moves_lower_P_and_end_where_no_group_move_does(preset, seed, T):
     for *_key, ev in _group_trials(inst, sol):        # the end: no group move lowers P
         assert not ev.feasible or ev.objective >= ev1.objective * (1 - 1e-9)
     # the reject branch: from the end point nothing lowers P, so nothing moves
-    u3, again = am.exact_group_moves(st, u2, free, linearise=st.linearise, views=views,
-                                     global_max=_gmax, viol_tol=1e-6, passes=20)
+    u3, again = am.exact_group_moves(st, u2, free, linearise=st.linearise, values=st.values,
+                                     views=views, global_max=_gmax, viol_tol=1e-6, passes=20)
     assert again["group_moves"] == 0 and again["group_gain"] == 0.0 and again["group_trials"] > 0
     ind = np.concatenate(am._groups(st))
     assert np.array_equal(u3[ind], u2[ind])
-    _u, none = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
-                                    global_max=_gmax, viol_tol=1e-6, passes=0)
+    _u, none = am.exact_group_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                    views=views, global_max=_gmax, viol_tol=1e-6, passes=0)
     assert none["group_moves"] == 0 and none["group_trials"] == 0
 
 
@@ -366,8 +367,8 @@ def test_a_sweep_tries_every_group_move_once():
     brute = _group_trials(inst, sol0)
     sizes = sorted({int(np.sum(sol0.rounds[t].downlink_bs == j)) for t, _f, j, _b, _e in brute})
     assert sizes == [2, N - 3, N]
-    _u, info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
-                                    global_max=_gmax, viol_tol=1e-6, passes=1)
+    _u, info = am.exact_group_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                    views=views, global_max=_gmax, viol_tol=1e-6, passes=1)
     assert info["group_trials"] == len(brute) == (inst.B - 1) * 3
 
 
@@ -380,8 +381,8 @@ def test_group_moves_take_the_best_of_several_targets():
     u = _with_downlinks(st, u, free, views, [[0, 1, 1] + [2] * (N - 3), [3] * N])
     sol0 = _solution(inst, st, u)
     ev0 = system.evaluate(inst, sol0).objective
-    u1, one = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
-                                   global_max=_gmax, viol_tol=1e-6, passes=1)
+    u1, one = am.exact_group_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                   views=views, global_max=_gmax, viol_tol=1e-6, passes=1)
     assert one["group_moves"] > 0
     first = next(r for r in _group_trials(inst, sol0))          # the first group tried
     t, _f, j, _b, _e = first
@@ -391,8 +392,8 @@ def test_group_moves_take_the_best_of_several_targets():
     moved = _solution(inst, st, u1).rounds[t].downlink_bs
     assert np.all(moved[sol0.rounds[t].downlink_bs == j] == best[3])
     _moved_and_checked(am.exact_group_moves, "group", inst, st, u, free, views, ev0)
-    u2, _info = am.exact_group_moves(st, u, free, linearise=st.linearise, views=views,
-                                     global_max=_gmax, viol_tol=1e-6, passes=20)
+    u2, _info = am.exact_group_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                     views=views, global_max=_gmax, viol_tol=1e-6, passes=20)
     ev2 = system.evaluate(inst, _solution(inst, st, u2)).objective
     for *_key, ev in _group_trials(inst, _solution(inst, st, u2)):
         assert not ev.feasible or ev.objective >= ev2 * (1 - 1e-9)
