@@ -191,6 +191,38 @@ def test_lifted_providers_equal_the_unlifted_ones(preset, bound, monkeypatch):
     assert lifted * (5 if preset == "reach" else 2) < full
 
 
+def test_values_are_the_linearisations_J_and_rows_bit_for_bit():
+    """`values` (J and C only) equals `linearise`'s J and C bit for bit, on global arrays and by
+    messages, at random points and in any order of calls (a lifted provider reuses its last
+    point's lifts only when its NLPs still sit there); and the premise of the exact trials'
+    tightening with the current point's Jacobian data holds: the Jacobian entries at the
+    epigraph variables are the same at every point."""
+    from cefl_opt.solvers.decentralized import DistributedEvaluator
+    inst = make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
+    st = build_structure(inst)
+    assert any(pv.levels for pv in st.providers)
+    ev = DistributedEvaluator(st, InnerSolver(st, resolve_constants(None), mode="decentralized",
+                                              comm=LocalComm(inst.graph(), st.node_names)))
+    epi = st.epi_level[st.jac_cols] >= 0
+    rng = np.random.default_rng(4)
+    us = [st.project(st.u0 + rng.normal(0, 0.05, st.n)) for _ in range(3)]
+    first = st.linearise(us[0])
+    for u, w in zip(us, us[1:] + us[:1]):
+        for form in (st, ev):
+            v_first = form.values(u)          # a point the providers have not seen last
+            lin = form.linearise(u)
+            form.values(w)
+            st.curvature(u, np.ones(st.n_rows))   # the lifts' reuse at u, after values at w
+            v_again = form.values(u)
+            for v in (v_first, v_again):
+                assert v.g is None and v.a is None
+                assert v.f == lin.f and np.array_equal(v.c, lin.c)
+                assert np.array_equal(v.f_nodes, lin.f_nodes)
+            assert np.array_equal(form.linearise(u).a, lin.a)
+        assert epi.any() and np.array_equal(lin.a[epi], first.a[epi])
+    assert not np.array_equal(lin.a[~epi], first.a[~epi])    # the others do move
+
+
 def _asl_bytes_in_use() -> int:
     """Bytes the C allocator has handed out (glibc's mallinfo2: heap and mmap)."""
     import ctypes
