@@ -693,8 +693,7 @@ class MpiComm(Comm):
         import resource
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         rows = self.allgather((self.exchanges, self.exchange_bytes, self.exchange_s,
-                                     self.exchange_s / wall_s if wall_s > 0 else 0.0, rss,
-                                     wall_s))
+                               self.exchange_s / wall_s if wall_s > 0 else 0.0, rss, wall_s))
         keys = ("count", "bytes", "seconds", "share_of_wall", "peak_rss_mb", "wall_s")
         return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
