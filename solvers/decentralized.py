@@ -514,27 +514,16 @@ def _free_rows(st: DecStructure) -> np.ndarray:
     return free
 
 
-def _linearise_fn(run: DecentralizedRun):
-    """The linearisation the moves use: by messages (decentralized), or on global arrays
-    (centralized-pd); each call is one network pass charged to the search's budget."""
-    lin = run.evaluator.linearise if run.dec else run.st.linearise
+def _linearise_fn(run: DecentralizedRun, kind: str = "linearise"):
+    """The evaluation the moves use, `kind` "linearise" or "values" (J and C only: no
+    gradient, no Jacobian): by messages (decentralized), or on global arrays (centralized-pd);
+    each call is one network pass charged to the search's budget."""
+    fn = getattr(run.evaluator if run.dec else run.st, kind)
 
     def counted(u: np.ndarray) -> Linearisation:
         if run.budget is not None:
             run.budget.charge(1)
-        return lin(u)
-    return counted
-
-
-def _values_fn(run: DecentralizedRun):
-    """J and C only (`values`: no gradient, no Jacobian), by messages or on global arrays;
-    each call is one network pass charged to the search's budget, as a linearisation is."""
-    val = run.evaluator.values if run.dec else run.st.values
-
-    def counted(u: np.ndarray) -> Linearisation:
-        if run.budget is not None:
-            run.budget.charge(1)
-        return val(u)
+        return fn(u)
     return counted
 
 
@@ -627,7 +616,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
     {"refine_rounds", "refine_moves", "refine_accepted"}."""
     st, k = run.st, run.k
     free = _free_rows(st)
-    lin_fn, val_fn = _linearise_fn(run), _values_fn(run)
+    lin_fn, val_fn = _linearise_fn(run), _linearise_fn(run, "values")
     gmax = run.inner.global_max if run.dec else (lambda v: float(np.max(v, initial=0.0)))
     passes = max(1, k.move_passes)
     cnt = {"refine_rounds": 0, "refine_moves": 0, "refine_accepted": 0, "group_moves": 0,

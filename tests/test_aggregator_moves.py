@@ -433,7 +433,7 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budg
                           k=SimpleNamespace(refine_rounds=rounds, move_passes=5, viol_tol=TOL),
                           dec=False, finished=[], budget=budget,
                           timed=lambda _kind, fn, *a, **kw: fn(*a, **kw))
-    run.st.linearise = None
+    run.st.linearise = run.st.values = None
     return dz._refine(run, _cand(2.0, u=np.zeros(1)), None), calls, run
 
 
