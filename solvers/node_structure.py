@@ -482,22 +482,19 @@ class NodeProvider:
             md = self._lifted_at(x_local)
         else:
             nlp.set_primals(x_local)
-        f = float(nlp.evaluate_objective())
+        f, c = self._share_and_rows()
         g = np.asarray(nlp.evaluate_grad_objective(), float)
         if self.levels:
             wp, gp, gm = self._grec
             g = (np.bincount(self._w_pos[wp], weights=g[wp], minlength=self.n_vars)
                  + np.bincount(self._mcol[gm], weights=g[gp] * md[gm],
                                minlength=self.n_vars))
-        if nlp.n_constraints():
-            c = (np.asarray(nlp.evaluate_constraints(), float) - self.rhs) * self.sign
-            jd = _jacobian(nlp).data
-            if self.levels:
-                jd = self._apply(self._jrec, jd, md)
-            jd = jd * self.sign[self.jrow]
-        else:
-            c, jd = np.zeros(0), np.zeros(0)
-        return f, g, c, jd
+        if not nlp.n_constraints():
+            return f, g, c, np.zeros(0)
+        jd = _jacobian(nlp).data
+        if self.levels:
+            jd = self._apply(self._jrec, jd, md)
+        return f, g, c, jd * self.sign[self.jrow]
 
     def values(self, x_local: np.ndarray) -> tuple[float, np.ndarray]:
         """(share, C) at x_local, bit for bit as `evaluate` gives them, without the gradient
@@ -508,6 +505,11 @@ class NodeProvider:
         elif self._at is None or not np.array_equal(self._at[0], x_local):
             self._forward(x_local, jacobians=False)
             self._at = None      # the primals moved without M's data: `_lifted_at` recomputes
+        return self._share_and_rows()
+
+    def _share_and_rows(self) -> tuple[float, np.ndarray]:
+        """(share, C (sign-adjusted, minus rhs)) at the outer NLP's primals."""
+        nlp = self.nlp
         f = float(nlp.evaluate_objective())
         if not nlp.n_constraints():
             return f, np.zeros(0)

@@ -101,11 +101,16 @@ def test_backend_mpi_outside_mpiexec_is_refused(monkeypatch):
         mpi_world()
 
 
+def _launch_env() -> dict[str, str]:
+    """This environment without a launcher's variables, for a fresh `mpiexec` launch."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
+
+
 def _mpirun(n, *args, timeout=240):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "HYDRA"))}
     return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable,
                            str(HERE / "mpi" / "comm_check.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=_launch_env())
 
 
 def _comm_cases():
@@ -253,11 +258,9 @@ def test_exchanges_between_two_ranks_are_counted_and_batched():
     """tests/mpi/exchange_check.py: a broadcast / reduce / max is one exchange between two
     ranks with the bytes counted from the plan; an inner solve of `it` iterations costs
     1 + 2 it + (its KKT tests) exchanges (the old per-level rounds: about 12 per iteration)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable,
                         str(HERE / "mpi" / "exchange_check.py")],
-                       capture_output=True, text=True, timeout=400, env=env)
+                       capture_output=True, text=True, timeout=400, env=_launch_env())
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK" in p.stdout and "MISMATCH" not in p.stdout
 
@@ -273,12 +276,10 @@ def test_a_rank_waiting_for_another_hears_ctrl_c(site):
     exits 130. A rank deaf inside a blocking MPI call would print nothing and be killed."""
     import signal
     import time
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI", "PMIX", "HYDRA", "OMPI_", "MPI_LOCAL"))}
     p = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable,
                           str(HERE / "mpi" / "wait_check.py"), site],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, env=env)
+                         start_new_session=True, env=_launch_env())
     try:
         ready = {p.stdout.readline().strip() for _ in range(2)}
         assert ready == {"rank 0 ready", "rank 1 ready"}, ready
