@@ -82,6 +82,12 @@ def set_aggregator(st: DecStructure, u: np.ndarray, t: int, s: int) -> np.ndarra
     return out
 
 
+#: `finish(u, against)`: the finished candidate of the binary point u; `against` is the
+#: candidate it must beat to be taken, so its finishing phase may stop once it falls behind
+#: (`sca.run_sca`'s "behind")
+Finish = Callable[[np.ndarray, Candidate], Candidate]
+
+
 def better(a: Candidate, b: Candidate, viol_tol: float) -> bool:
     """Whether candidate a beats b: a feasible candidate (violation <= viol_tol) beats an
     infeasible one; two feasible ones by J (a lower by more than REL_GAIN relative); two
@@ -92,6 +98,14 @@ def better(a: Candidate, b: Candidate, viol_tol: float) -> bool:
     if not fa:
         return a.viol < b.viol
     return a.J < b.J - REL_GAIN * max(1.0, abs(b.J))
+
+
+def target_of(c: Candidate, viol_tol: float) -> float | None:
+    """The J a feasible trial must end below to beat c (`better`); None when c is infeasible
+    (then every feasible trial beats it, whatever its J)."""
+    if c.viol > viol_tol:
+        return None
+    return c.J - REL_GAIN * max(1.0, abs(c.J))
 
 
 def best_of(cands: list[Candidate], viol_tol: float) -> Candidate:
@@ -147,7 +161,7 @@ class BatchTally:
     accepted: int = 0
 
 
-def take_batch(inc: Candidate, batch: list[Move], finish: Callable[[np.ndarray], Candidate],
+def take_batch(inc: Candidate, batch: list[Move], finish: Finish,
                *, viol_tol: float, tally: BatchTally,
                keeps: Callable[[Move, Candidate], bool] = lambda m, c: True,
                afford: Callable[[], bool] = lambda: True, depth: int | None = None
@@ -166,7 +180,7 @@ def take_batch(inc: Candidate, batch: list[Move], finish: Callable[[np.ndarray],
     u = inc.u
     for m in batch:
         u = m.apply(u)
-    cand = finish(u)
+    cand = finish(u, inc)
     tally.phases, tally.trials = tally.phases + 1, tally.trials + len(batch)
     if len(batch) == 1:
         return (cand, batch) if better(cand, inc, viol_tol) else (inc, [])
@@ -210,7 +224,7 @@ def _ranked(inc: Candidate, t: int, st: DecStructure, screen: int | None,
     return [dcs[i] for i in order], [ests[i] for i in order], len(dcs)
 
 
-def _batch_step(inc: Candidate, finish: Callable[[np.ndarray], Candidate], st: DecStructure,
+def _batch_step(inc: Candidate, finish: Finish, st: DecStructure,
                 ranked: Callable[[Candidate, int], tuple[list[int], list]],
                 estimate: Callable[[np.ndarray], Candidate], viol_tol: float,
                 afford: Callable[[], bool], tally: BatchTally
@@ -238,7 +252,7 @@ def _batch_step(inc: Candidate, finish: Callable[[np.ndarray], Candidate], st: D
                       afford=afford)
 
 
-def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
+def aggregator_search(inc: Candidate, finish: Finish,
                       st: DecStructure, *, passes: int, viol_tol: float,
                       screen: int | None = None,
                       estimate: Callable[[np.ndarray], Candidate] | None = None,
@@ -246,7 +260,7 @@ def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
                       ) -> tuple[Candidate, dict[str, int]]:
     """Coordinate descent over the rounds from the finished incumbent `inc` (module
     docstring): the rounds are visited cyclically; a visit of round t finishes every other DC
-    s' (`finish(u)`, indicators fixed at u's), or only the `screen` best by `estimate` when
+    s' (`finish(u, inc)`, indicators fixed at u's), or only the `screen` best by `estimate` when
     there are more (the screen), and keeps the best if it beats the incumbent. With estimates,
     every cycle starts with a batch of the rounds' promising moves (`_batch_step`), finished
     together (`batch`; False: the visits alone). It stops once T visits in a row accepted
@@ -285,7 +299,7 @@ def aggregator_search(inc: Candidate, finish: Callable[[np.ndarray], Candidate],
             if not afford():
                 break
             trials += 1
-            cand = finish(set_aggregator(st, inc.u, t, s))
+            cand = finish(set_aggregator(st, inc.u, t, s), inc)
             if best_t is None or better(cand, best_t, viol_tol):
                 best_t = cand
         if best_t is not None and better(best_t, inc, viol_tol):

@@ -445,20 +445,27 @@ def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
     return u, linearise(u)
 
 
-def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, a: np.ndarray,
+def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, base: Linearisation,
                  values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                  global_max: Callable[[np.ndarray], float]
                  ) -> tuple[np.ndarray, Linearisation, float]:
     """A trial point evaluated exactly: its indicators fixed, its epigraphs tightened, J
     (summed over the spanning tree) and the largest violation of the non-forcing rows
-    (max-reduced). Both evaluations are `values` (J and C only): the tightening reads the
-    Jacobian only at the epigraph variables, whose rows are linear in them with constant
-    coefficients, so the current point's Jacobian data `a` serves. Returns (the point, its
+    (max-reduced). The rows at the moved point, which the tightening reads, come from the
+    current point's linearisation `base` (ut differs from base.u in the moved groups'
+    indicators only): the non-forcing rows, the only ones the tightening reads, are affine in
+    each group's indicators and no row reads two groups (module docstring), so each host adds
+    its rows' Jacobian entries times the indicators' change, broadcast to it as in the
+    tightening's own steps; the tightening reads the Jacobian only at the epigraph variables,
+    whose coefficients are constant. One
+    evaluation of J and the rows (`values`) at the tightened point. Returns (the point, its
     values, the violation)."""
     fix_indicators_at(st, ut)
-    v = values(ut)
-    v.a = a
-    ut = tighten_epigraphs(st, ut, v, free, views)
+    dc = np.bincount(st.jac_rows, weights=base.a * views.at_nonzeros(ut - base.u),
+                     minlength=st.n_rows)
+    moved = Linearisation(u=ut, f=float("nan"), g=None, c=base.c + dc, a=base.a,
+                          f_nodes=base.f_nodes)
+    ut = tighten_epigraphs(st, ut, moved, free, views)
     vt = values(ut)
     return ut, vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
 
@@ -502,7 +509,7 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 tried += 1
                 ut = u.copy()
                 ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
-                ut, vt, viol = _exact_trial(st, ut, free, lin.a, values, views, global_max)
+                ut, vt, viol = _exact_trial(st, ut, free, lin, values, views, global_max)
                 if viol <= viol_tol and (best is None or vt.f < best[1].f):
                     best = (ut, vt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
@@ -577,7 +584,7 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 ut = u.copy()
                 ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
-                ut, vt, viol = _exact_trial(st, ut, free, lin.a, values, views, global_max)
+                ut, vt, viol = _exact_trial(st, ut, free, lin, values, views, global_max)
                 if viol <= viol_tol and (best is None or vt.f < best[1].f):
                     best = ((ut, b), vt)
             if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):

@@ -65,7 +65,8 @@ from cefl_opt.models import clip_to_bounds
 from cefl_opt.solution import Solution
 
 from . import fixed_nlp
-from .aggregator_moves import BatchTally, Candidate, aggregator_search, best_of, better, take_batch
+from .aggregator_moves import (BatchTally, Candidate, aggregator_search, best_of, better,
+                               take_batch, target_of)
 from .assoc_moves import (MoveViews, association_moves, central_views, exact_group_moves,
                           exact_top_moves, fix_indicators_at, move_components, moved_groups,
                           tighten_epigraphs)
@@ -325,15 +326,16 @@ class DecentralizedRun:
             self.bar.update(1)
         return False
 
-    def run_phase(self, u0: np.ndarray, phase: str):
+    def run_phase(self, u0: np.ndarray, phase: str, target: float | None = None):
         """One SCA phase (Alg. 1, `run_sca`) from u0, with a progress bar of its outer
-        iterations on stderr when asked (rank 0 only)."""
+        iterations on stderr when asked (rank 0 only); `target`: a trial's (`run_sca`)."""
         if self.progress:
             from tqdm import tqdm
             self.bar = tqdm(total=self.max_outer or self.k.max_outer, unit="outer",
                             desc=f"{self.method} {phase}", leave=False)
         try:
-            return run_sca(self.st, self.inner, self.k, u0=u0, phase=phase, **self.sca_hooks())
+            return run_sca(self.st, self.inner, self.k, u0=u0, phase=phase, target=target,
+                           **self.sca_hooks())
         finally:
             if self.bar is not None:
                 self.bar.close()
@@ -543,17 +545,21 @@ def _association_moves(run: DecentralizedRun, u_rounded: np.ndarray, views,
     return u_moved
 
 
-def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray):
+def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray,
+                     against: Candidate | None = None):
     """Phase 3: Alg. 1 with the indicators fixed, on the continuous variables; with
     `live_only` each host first drops its rows' Jacobian entries that the fixed indicators
-    make zero. Returns (u, records, reason)."""
+    make zero. A search's trial gives the candidate `against` it must beat: its phase may
+    stop "behind" (`run_sca`'s target, `aggregator_moves.target_of`). Returns (u, records,
+    reason)."""
     st = run.st
+    target = None if against is None else target_of(against, run.k.viol_tol)
     if run.k.live_only:   # each host drops its rows' entries that the fixed indicators kill
         run.inner.set_active(st.live_entries(
             u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
     if run.budget is None:
         return run.run_phase(u_fixed, "fixed")
-    u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed")
+    u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed", target)
     run.budget.charge(_phase_passes(records))
     run.budget.finishing_phases += 1
     return u, records, reason
@@ -578,14 +584,14 @@ def _network_value(run: DecentralizedRun, u: np.ndarray) -> tuple[float, float]:
 
 
 def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
-                  record: bool = False) -> Candidate:
+                  record: bool = False, against: Candidate | None = None) -> Candidate:
     """A finished candidate from the binary point u: its indicators fixed, the association
-    moves, the finishing phase (Alg. 1, indicators fixed), then J and the violation by
-    messages (`_network_value`)."""
+    moves, the finishing phase (Alg. 1, indicators fixed; a trial `against` an incumbent),
+    then J and the violation by messages (`_network_value`)."""
     fix_indicators_at(run.st, u)
     if run.k.move_passes:
         u = _association_moves(run, u, views, record=record)
-    u_fin, records, reason = _finishing_phase(run, u)
+    u_fin, records, reason = _finishing_phase(run, u, against)
     J, viol = _network_value(run, u_fin)
     cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason, start=start)
     run.finished.append(cand)
@@ -647,7 +653,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
         if n_moved == 0 or not afford():   # an unfinished moved point is never taken
             break
         cnt["refine_moves"] += n_moved
-        u_fin, records, reason = _finishing_phase(run, u_moved)
+        u_fin, records, reason = _finishing_phase(run, u_moved, inc)
         J, viol = _network_value(run, u_fin)
         cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
                          start=inc.start)
@@ -680,10 +686,10 @@ def _refine_subsets(run: DecentralizedRun, inc: Candidate, u_moved: np.ndarray, 
     if len(comps) < 2:
         return inc, []
 
-    def finish(u: np.ndarray) -> Candidate:
+    def finish(u: np.ndarray, against: Candidate) -> Candidate:
         fix_indicators_at(st, u)
         u = tighten_epigraphs(st, u, lin_fn(u), free, views)
-        u_fin, records, reason = _finishing_phase(run, u)
+        u_fin, records, reason = _finishing_phase(run, u, against)
         J, viol = _network_value(run, u_fin)
         cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
                          start=inc.start)
@@ -714,7 +720,8 @@ def _aggregator_stage(run: DecentralizedRun, c: Candidate, views) -> tuple[Candi
     """`aggregator_search` from the finished candidate c, then, when an aggregator moved,
     `_refine` at the new point. Returns the candidate and the counts."""
     k = run.k
-    best, cnt = aggregator_search(c, lambda u: _finish_point(run, u, views, c.start), run.st,
+    best, cnt = aggregator_search(c, lambda u, inc: _finish_point(run, u, views, c.start,
+                                                                  against=inc), run.st,
                                   passes=k.agg_passes, viol_tol=k.viol_tol, screen=k.agg_screen,
                                   estimate=lambda u: run.timed("estimate_s", _estimate_point,
                                                                run, u, views, c.start),

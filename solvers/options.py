@@ -391,6 +391,9 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
                   "(relative) over the last stall_window outer iterations, accepted or rejected "
                   "(0: off)", at_least(0), None),
     "stall_window": ("outer iterations of the stall test", at_least(1), None),
+    "trial_cutoff": ("search: a trial's finishing phase stops ('behind') when the objective is "
+                     "still above the incumbent's by more than this many times its fall over "
+                     "the last two outer iterations (0: off)", at_least(0), None),
     "move_passes": ("passes of node-local association moves between rounding and the finishing "
                     "phase (0: off)", at_least(0), None),
     "agg_passes": ("passes of aggregator moves over (round, DC) after the finishing phase, "
@@ -416,7 +419,8 @@ PD_FLAGGED = ("max_outer",)
 #: The phase each PDConstants field acts in (`GROUPS`); the others are the relaxed phase's and
 #: its inner solver's (which every phase runs).
 PD_CONSTANT_GROUPS = {"live_only": "finishing", "descent": "finishing", "stall_tol": "finishing",
-                      "stall_window": "finishing", "candidates": "rounding",
+                      "stall_window": "finishing", "trial_cutoff": "search",
+                      "candidates": "rounding",
                       "move_passes": "rounding", "agg_passes": "search", "agg_screen": "search",
                       "refine_rounds": "search"}
 

@@ -77,6 +77,9 @@ class PDConstants:
     stall_tol, stall_window: the finishing phase stops ("stalled") when J fell by at most
     stall_tol x max(1, |J|) over the last stall_window outer iterations, accepted or rejected
     (0: off).
+    trial_cutoff: a search's trial finishing phase (one that must end below the incumbent's J
+    to be taken) stops ("behind") when J is still above that by more than trial_cutoff times
+    its fall over the last two outer iterations (`sca.run_sca`; 0: off).
     move_passes: passes of association moves between rounding and the finishing phase
     (`solvers/assoc_moves.py`; 0: off).
     agg_passes: coordinate passes of aggregator moves over (round, DC) after the first
@@ -120,13 +123,14 @@ class PDConstants:
     live_only: bool = True
     descent: bool = True
     stall_tol: float = 1e-4
-    stall_window: int = 20
+    stall_window: int = 5
+    trial_cutoff: float = 5.0
     move_passes: int = 5
     agg_passes: int = 3
     candidates: int = 2
     refine_rounds: int = 3
     agg_screen: int = 3
-    search_budget: float = 25.0
+    search_budget: float = 10.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,6 +27,9 @@ from .node_structure import (DecStructure, GroupBatch, Linearisation, NodeProvid
 __all__ = ["DecStructure", "GroupBatch", "Linearisation", "NodeProvider", "OuterRecord",
            "build_structure", "next_step_factor", "restore_epigraphs", "run_sca", "take"]
 
+#: outer iterations over which a trial's fall of J is measured (`_OuterIteration.behind`)
+BEHIND_WINDOW = 2
+
 
 # ------------------------------------------------------------------------------ Alg. 1
 def _node_max(st: DecStructure, per_var: np.ndarray) -> np.ndarray:
@@ -128,8 +131,9 @@ class _OuterIteration:
     with epigraph restoration, L_k update, accept/reject with backtracking, stop tests."""
 
     def __init__(self, st: DecStructure, inner, k, phase: str, *, gmax, lin_fn, curv, restore,
-                 distributed):
+                 distributed, target: float | None = None):
         self.st, self.inner, self.k, self.phase = st, inner, k, phase
+        self.target = target
         self.gmax, self.lin_fn, self.curv = gmax, lin_fn, curv
         self.restore, self.distributed = restore, distributed
         self.force = np.zeros(st.n_rows, dtype=bool)
@@ -265,6 +269,17 @@ class _OuterIteration:
             and violation <= k.viol_tol \
             and f_hist[-1 - k.stall_window] - f_hist[-1] <= k.stall_tol * max(1.0, abs(f_hist[-1]))
 
+    def behind(self, s: _OuterState) -> bool:
+        """Phase fixed with a `target` (the J a trial must get below to be taken): J at the
+        current point is still above it by more than `trial_cutoff` times what J fell over
+        the last BEHIND_WINDOW outer iterations, accepted or rejected."""
+        k, f_hist = self.k, s.f_hist
+        if self.phase != "fixed" or self.target is None or not k.trial_cutoff \
+                or len(f_hist) <= BEHIND_WINDOW:
+            return False
+        gap = f_hist[-1] - self.target
+        return gap > 0.0 and gap > k.trial_cutoff * (f_hist[-1 - BEHIND_WINDOW] - f_hist[-1])
+
 
 def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "relaxed",
             max_outer: int | None = None, global_max: Callable[[np.ndarray], float] | None = None,
@@ -272,8 +287,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
             curvature: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
             callback: Callable[[OuterRecord], Any] | None = None,
             distributed: Any = None,
-            restore: Callable[..., tuple[np.ndarray, bool]] | None = None
-            ) -> tuple[np.ndarray, list[OuterRecord], str]:
+            restore: Callable[..., tuple[np.ndarray, bool]] | None = None,
+            target: float | None = None) -> tuple[np.ndarray, list[OuterRecord], str]:
     """Alg. 1 (`alg:dist_NOVA main`) on `st` from u0. phase "relaxed": indicators in [0, 1];
     the forcing rows sum I (1 - I) <= 0 (`con1add`-`con12add`) enter from outer iteration
     `force_after` on as a penalty rho * C_k with rho growing by `rho_growth` per iteration
@@ -302,8 +317,12 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     step in between neither counts nor breaks the run: it leaves u unchanged); "stalled"
     (phase fixed, `stall_tol` > 0) when J at the current point fell by at most
     stall_tol x max(1, |J|) over the last `stall_window` outer iterations, accepted or
-    rejected, with the violation <= viol_tol (no stationarity claim); "stopped" when the
-    callback asks; else "max_outer".
+    rejected, with the violation <= viol_tol (no stationarity claim); "behind" (phase fixed,
+    a `target` given: a search's trial, which is taken only if its J ends below the target)
+    when J is still above the target by more than `trial_cutoff` times its fall over the last
+    BEHIND_WINDOW outer iterations (`_OuterIteration.behind`: at that pace the trial would
+    not reach the target; every node holds the same J, so every node stops together);
+    "stopped" when the callback asks; else "max_outer".
     global_max(per-row values) -> float: the max over all hosts (a message-passing max in the
     decentralised method).
     distributed: None (this process holds every shared variable and row), or, when the nodes
@@ -316,7 +335,8 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
     outer = _OuterIteration(st, inner, k, phase,
                             gmax=global_max or (lambda v: float(np.max(v, initial=0.0))),
                             lin_fn=linearise or st.linearise, curv=curvature or st.curvature,
-                            restore=restore or _central_restore(st), distributed=distributed)
+                            restore=restore or _central_restore(st), distributed=distributed,
+                            target=target)
     s = outer.start(u0)
     records: list[OuterRecord] = []
     reason = "max_outer"
@@ -350,6 +370,9 @@ def run_sca(st: DecStructure, inner, consts, *, u0: np.ndarray, phase: str = "re
         s.f_hist.append(s.lin.f)     # J at the current point: unchanged by a rejected step
         if outer.stalled(s, rec.violation):
             reason = "stalled"
+            break
+        if outer.behind(s):
+            reason = "behind"
             break
         if stop:
             reason = "stopped"

@@ -64,12 +64,40 @@ def _point(st, aggs):
     return u
 
 
-def _table_finish(st, table, calls):
-    def finish(u):
+def _table_finish(st, table, calls, against=None):
+    """finish(u, inc) from a table of J by aggregators; `against` (a list) records each
+    call's (aggregators of u, aggregators of the incumbent it must beat, that J)."""
+    def finish(u, inc):
         key = tuple(agm.aggregators(st, u))
         calls.append(key)
+        if against is not None:
+            against.append((key, tuple(agm.aggregators(st, inc.u)), inc.J))
         return _cand(table[key], u=u)
     return finish
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_trial_is_finished_against_the_incumbent_it_must_beat(seed):
+    """finish(u, inc): each trial, in a visit and in a batch, is handed the incumbent it is
+    compared with (its finishing phase may stop once behind it): the point it came from, whose
+    aggregators differ from the trial's in the moved rounds only, and whose J is the search's
+    incumbent J at that time (it never rises)."""
+    T, S = 3, 4
+    st = _fake_structure(T, S)
+    rng = np.random.default_rng(seed)
+    table = {k: float(rng.uniform(1.0, 2.0)) for k in itertools.product(range(S), repeat=T)}
+    start = (0, 0, 0)
+    calls, against = [], []
+    est = lambda u: _cand(table[tuple(agm.aggregators(st, u))] + 0.01, u=u)  # noqa: E731
+    best, cnt = agm.aggregator_search(_cand(table[start], u=_point(st, start)),
+                                      _table_finish(st, table, calls, against), st, passes=50,
+                                      viol_tol=TOL, screen=2, estimate=est)
+    assert len(against) == len(calls) == cnt["aggregator_trials"] > 0
+    seen = [J for _k, _i, J in against]
+    assert seen[0] == table[start] and all(b <= a for a, b in zip(seen, seen[1:]))
+    assert all(table[inc] == J for _k, inc, J in against)
+    assert all(k != inc for k, inc, _J in against)
+    assert best.J == min(seen + [table[tuple(agm.aggregators(st, best.u))]])
 
 
 def test_set_aggregator_sets_one_round_only():
@@ -350,7 +378,7 @@ def _stage_harness(monkeypatch, starts, refine_gain, agg, refine_rounds=3, budge
     from cefl_opt.solvers import decentralized as dz
     calls = []
 
-    def finish_point(run, u, views, start, record=False):
+    def finish_point(run, u, views, start, record=False, against=None):
         return agm.Candidate(u=np.zeros(1), J=starts[start], viol=0.0, start=start)
 
     def refine(run, inc, views):
@@ -414,7 +442,7 @@ def _refine_harness(monkeypatch, Js, moves, rounds, exact=None, group=None, budg
         calls["moves"] += 1
         return u + 1.0, {"association_moves": m}
 
-    def fake_finish(run, u):
+    def fake_finish(run, u, against=None):
         calls["finish"] += 1
         return u.copy(), [], "converged"
 

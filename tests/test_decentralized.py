@@ -542,6 +542,59 @@ def test_finishing_phase_descends_and_stops_when_J_stalls(tmp_path):
                                           rel=1e-9)
 
 
+def test_behind_stops_a_trial_only_above_its_target_and_slower_than_the_cutoff():
+    """`_OuterIteration.behind`, on its own: J (f_hist) still above the target by more than
+    trial_cutoff times its fall over the last BEHIND_WINDOW (2) outer iterations; at exactly
+    that many times, not (strict); never at or below the target, in the relaxed phase, without
+    a target, with trial_cutoff 0 or before the window has filled."""
+    from types import SimpleNamespace
+    from cefl_opt.solvers.sca import BEHIND_WINDOW, _OuterIteration
+
+    def behind(f_hist, target=0.0, cutoff=5.0, phase="fixed"):
+        it = SimpleNamespace(phase=phase, target=target, k=SimpleNamespace(trial_cutoff=cutoff))
+        return _OuterIteration.behind(it, SimpleNamespace(f_hist=f_hist))
+    assert BEHIND_WINDOW == 2
+    assert not behind([1.5, 1.5, 1.25])                   # gap 1.25 = 5 x fall 0.25: not yet
+    assert behind([1.5, 1.5, 1.25], target=-0.0625)       # gap 1.3125 > 1.25
+    assert behind([9.0, 1.5, 1.5, 1.25], target=-0.0625)  # the window is the last two only
+    assert not behind([1.5, 1.5, 1.25], target=-0.0625, cutoff=6.0)
+    assert behind([1.0, 1.0, 1.0], target=0.5)            # no fall at all
+    assert not behind([1.0, 1.0, 1.0], target=1.0)        # at the target: not behind
+    assert not behind([1.0, 1.0, 0.9], target=1.0)        # below it: the trial is ahead
+    assert not behind([1.0, 1.0], target=0.5)             # the window has not filled
+    assert not behind([1.0, 1.0, 1.0], target=None)
+    assert not behind([1.0, 1.0, 1.0], target=0.5, cutoff=0.0)
+    assert not behind([1.0, 1.0, 1.0], target=0.5, phase="relaxed")
+
+
+def test_a_fixed_phase_behind_its_target_stops_and_one_ahead_runs_as_without(tiny):
+    """run_sca's target on a real finishing phase (tiny, indicators fixed at the rounding of
+    w^0, stall stop off): a target above every J it passes leaves the run bit for bit as
+    without one; an unreachable target stops it "behind" after BEHIND_WINDOW outer
+    iterations, on the same path; trial_cutoff 0 turns the stop off."""
+    from cefl_opt.solvers.decentralized import _fix_indicators
+    from cefl_opt.solvers.sca import BEHIND_WINDOW, run_sca
+    st = build_structure(tiny)                  # its own: the fixed bounds stay in this test
+    u_fixed = _fix_indicators(st, st.u0)
+    k = resolve_constants({"stall_tol": 0.0})
+
+    def phase(target, **consts):
+        kk = resolve_constants({"stall_tol": 0.0, **consts})
+        return run_sca(st, InnerSolver(st, kk, mode="centralized"), kk, u0=u_fixed,
+                       phase="fixed", target=target)
+    u0, rec0, why0 = phase(None)
+    f0 = [r.f for r in rec0]
+    assert why0 != "behind" and len(rec0) > BEHIND_WINDOW and f0[0] > f0[-1]
+    u1, rec1, why1 = phase(max(f0) + 1.0)
+    assert why1 == why0 and [r.f for r in rec1] == f0 and np.array_equal(u1, u0)
+    u2, rec2, why2 = phase(min(f0) - 1.0)
+    assert why2 == "behind" and len(rec2) == BEHIND_WINDOW
+    assert [r.f for r in rec2] == f0[:BEHIND_WINDOW]
+    u3, rec3, why3 = phase(min(f0) - 1.0, trial_cutoff=0.0)
+    assert why3 == why0 and [r.f for r in rec3] == f0 and np.array_equal(u3, u0)
+    assert k.trial_cutoff > 0                   # the default has the stop on
+
+
 def test_binary_patience_hands_over_once_the_binaries_settle(tiny, converged_tiny):
     """binary_patience = P: the relaxed phase stops ("binary") after P accepted iterations in a
     row with the forcing penalty on (rho > 0), every indicator binary and the rows held, and not

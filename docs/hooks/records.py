@@ -176,9 +176,11 @@ def headline(prefix: str) -> str:
 
 def limits() -> str:
     """The known limits, with their numbers from the records."""
+    from cefl_opt.solvers.primal_dual import TUNED   # the default budget: one source
     v = values()
     return ("the search after the rounding that makes `decentralized` this close has a budget "
-            "of 25 times the relaxed phase's network passes (`search_budget`), so its cost grows "
+            f"of {TUNED.search_budget:g} times the relaxed phase's network passes "
+            "(`search_budget`), so its cost grows "
             "with the network no faster than the relaxed phase's, and where the budget ends it "
             "the answer is still never worse than the search-free run's; "
             f"`ipopt-enum` takes {v['enum_paper_cpu_min_min']}–{v['enum_paper_cpu_max_min']} "
