@@ -471,8 +471,8 @@ def test_bad_options_raise(tiny):
 @pytest.mark.parametrize("seed", [21, 22, 23])
 def test_small_many_seeds_within_1pct(seed):
     inst = make_instance("small", seed=seed, rounds=2)
-    sol, info = solve_decentralized(inst)
-    assert info["stop_reason"] == "converged" and info["feasible"]
+    sol, info = solve_decentralized(inst)   # converged, or the finishing phase's stall stop
+    assert info["stop_reason"] in ("converged", "stalled") and info["feasible"]
     assert sol.objective <= enum_reference(inst) * 1.01
 
 
