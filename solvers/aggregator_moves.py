@@ -97,7 +97,7 @@ def better(a: Candidate, b: Candidate, viol_tol: float) -> bool:
         return fa
     if not fa:
         return a.viol < b.viol
-    return a.J < b.J - REL_GAIN * max(1.0, abs(b.J))
+    return a.J < target_of(b, viol_tol)
 
 
 def target_of(c: Candidate, viol_tol: float) -> float | None:

@@ -56,7 +56,7 @@ UE's uplink enters its own rows only.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -386,6 +386,17 @@ def fix_indicators_at(st: DecStructure, u: np.ndarray) -> None:
     st.set_bounds(lo, hi)
 
 
+def _rows_moved(st: DecStructure, lin: Linearisation, du: np.ndarray, views: MoveViews
+                ) -> Linearisation:
+    """`lin` with its rows moved by du, a change of indicators only: the non-forcing rows are
+    affine in each group's indicators and no row reads two groups (module docstring), so each
+    host adds its rows' Jacobian entries times du, broadcast to it (`views.at_nonzeros`). What
+    the tightening reads (the rows and the Jacobian); J and its gradient stay lin's."""
+    c = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
+                            minlength=st.n_rows)
+    return replace(lin, c=c)
+
+
 def _shared_tops(st: DecStructure) -> np.ndarray:
     """The epigraph variables of the last level held by several nodes (a round's dA, dR)."""
     single = np.array([len(mb) == 1 for mb in st.members])
@@ -400,11 +411,7 @@ def _lowers_a_shared_max(st: DecStructure, u: np.ndarray, lin: Linearisation, fr
     du = np.zeros(st.n)
     du[j] = -u[j] if views.local_vars[j] else 0.0
     du = views.sync(du)
-    c = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
-                            minlength=st.n_rows)
-    out = tighten_epigraphs(st, u + du, Linearisation(u=u, f=lin.f, g=lin.g, c=c, a=lin.a,
-                                                   f_nodes=lin.f_nodes),
-                            free, views)
+    out = tighten_epigraphs(st, u + du, _rows_moved(st, lin, du, views), free, views)
     fall = np.where(tops & views.local_vars, (u - out) * st.scale, 0.0)
     return views.var_sum(np.maximum(fall, 0.0)) > 1e-12
 
@@ -453,19 +460,12 @@ def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, base: Linea
     (summed over the spanning tree) and the largest violation of the non-forcing rows
     (max-reduced). The rows at the moved point, which the tightening reads, come from the
     current point's linearisation `base` (ut differs from base.u in the moved groups'
-    indicators only): the non-forcing rows, the only ones the tightening reads, are affine in
-    each group's indicators and no row reads two groups (module docstring), so each host adds
-    its rows' Jacobian entries times the indicators' change, broadcast to it as in the
-    tightening's own steps; the tightening reads the Jacobian only at the epigraph variables,
-    whose coefficients are constant. One
-    evaluation of J and the rows (`values`) at the tightened point. Returns (the point, its
+    indicators only: `_rows_moved`), and the tightening reads the Jacobian only at the
+    epigraph variables, whose coefficients are constant, so base's serves. One evaluation of J
+    and the rows (`values`), at the tightened point. Returns (the point, its
     values, the violation)."""
     fix_indicators_at(st, ut)
-    dc = np.bincount(st.jac_rows, weights=base.a * views.at_nonzeros(ut - base.u),
-                     minlength=st.n_rows)
-    moved = Linearisation(u=ut, f=float("nan"), g=None, c=base.c + dc, a=base.a,
-                          f_nodes=base.f_nodes)
-    ut = tighten_epigraphs(st, ut, moved, free, views)
+    ut = tighten_epigraphs(st, ut, _rows_moved(st, base, ut - base.u, views), free, views)
     vt = values(ut)
     return ut, vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
 

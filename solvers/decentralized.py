@@ -558,7 +558,7 @@ def _finishing_phase(run: DecentralizedRun, u_fixed: np.ndarray,
         run.inner.set_active(st.live_entries(
             u_fixed, run.evaluator.nodes if run.dec else range(st.n_nodes)))
     if run.budget is None:
-        return run.run_phase(u_fixed, "fixed")
+        return run.run_phase(u_fixed, "fixed", target)
     u, records, reason = run.timed("finishing_s", run.run_phase, u_fixed, "fixed", target)
     run.budget.charge(_phase_passes(records))
     run.budget.finishing_phases += 1
