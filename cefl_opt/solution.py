@@ -257,8 +257,8 @@ class Solution:
 
         Args:
             path: the JSON file.
-            instance: when given, the solution's shapes are checked against it, and a recorded
-                instance fingerprint that is not `instance.fingerprint()` is refused.
+            instance: when given, the solution's shapes are checked against it (whether it
+                was computed for it: `check_instance`).
 
         Returns:
             The solution.

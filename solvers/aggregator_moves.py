@@ -51,8 +51,10 @@ import numpy as np
 
 from .sca import DecStructure
 
-#: a move must lower J by more than this (relative to max(1, |J|)) to be accepted
-REL_GAIN = 1e-9
+#: a move must lower J by more than this many times `viol_tol`, relative to max(1, |J|), to be
+#: accepted: a finished point's rows hold to `viol_tol` only, so the network's J is P's objective
+#: to about that resolution, and a smaller fall is not told from it
+GAIN_PER_TOL = 10.0
 
 
 @dataclass
@@ -90,7 +92,8 @@ Finish = Callable[[np.ndarray, Candidate], Candidate]
 
 def better(a: Candidate, b: Candidate, viol_tol: float) -> bool:
     """Whether candidate a beats b: a feasible candidate (violation <= viol_tol) beats an
-    infeasible one; two feasible ones by J (a lower by more than REL_GAIN relative); two
+    infeasible one; two feasible ones by J (a lower by more than GAIN_PER_TOL x viol_tol
+    relative); two
     infeasible ones by the violation."""
     fa, fb = a.viol <= viol_tol, b.viol <= viol_tol
     if fa != fb:
@@ -105,7 +108,7 @@ def target_of(c: Candidate, viol_tol: float) -> float | None:
     (then every feasible trial beats it, whatever its J)."""
     if c.viol > viol_tol:
         return None
-    return c.J - REL_GAIN * max(1.0, abs(c.J))
+    return c.J - GAIN_PER_TOL * viol_tol * max(1.0, abs(c.J))
 
 
 def best_of(cands: list[Candidate], viol_tol: float) -> Candidate:

@@ -452,30 +452,73 @@ def _tightened(st: DecStructure, u: np.ndarray, free: np.ndarray,
     return u, linearise(u)
 
 
+def _trial_point(st: DecStructure, ut: np.ndarray, free: np.ndarray, base: Linearisation,
+                 views: MoveViews) -> np.ndarray:
+    """A trial point, its indicators fixed and its epigraphs tightened. The rows at the moved
+    point, which the tightening reads, come from the current point's linearisation `base` (ut
+    differs from base.u in the moved groups' indicators only: `_rows_moved`), and the
+    tightening reads the Jacobian only at the epigraph variables, whose coefficients are
+    constant, so base's serves. No evaluation of the nodes' blocks."""
+    fix_indicators_at(st, ut)
+    return tighten_epigraphs(st, ut, _rows_moved(st, base, ut - base.u, views), free, views)
+
+
+def _exact_value(st: DecStructure, ut: np.ndarray, free: np.ndarray,
+                 values: Callable[[np.ndarray], Linearisation],
+                 global_max: Callable[[np.ndarray], float]) -> tuple[Linearisation, float]:
+    """The trial point ut (`_trial_point`) evaluated exactly: J summed over the spanning tree
+    and the largest violation of the non-forcing rows (max-reduced); one evaluation of J and
+    the rows (`values`)."""
+    fix_indicators_at(st, ut)
+    vt = values(ut)
+    return vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
+
+
 def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, base: Linearisation,
                  values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                  global_max: Callable[[np.ndarray], float]
                  ) -> tuple[np.ndarray, Linearisation, float]:
-    """A trial point evaluated exactly: its indicators fixed, its epigraphs tightened, J
-    (summed over the spanning tree) and the largest violation of the non-forcing rows
-    (max-reduced). The rows at the moved point, which the tightening reads, come from the
-    current point's linearisation `base` (ut differs from base.u in the moved groups'
-    indicators only: `_rows_moved`), and the tightening reads the Jacobian only at the
-    epigraph variables, whose coefficients are constant, so base's serves. One evaluation of J
-    and the rows (`values`), at the tightened point. Returns (the point, its
-    values, the violation)."""
-    fix_indicators_at(st, ut)
-    ut = tighten_epigraphs(st, ut, _rows_moved(st, base, ut - base.u, views), free, views)
-    vt = values(ut)
-    return ut, vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
+    """`_trial_point` then `_exact_value`. Returns (the point, its values, the violation)."""
+    ut = _trial_point(st, ut, free, base, views)
+    return (ut, *_exact_value(st, ut, free, values, global_max))
+
+
+def _screened(base: Linearisation, points: list[np.ndarray], views: MoveViews, keep: int
+              ) -> list[int]:
+    """Which of a group's trial points (`_trial_point`) are evaluated exactly: every one when
+    `keep` is 0 or there are at most `keep`; else the `keep` of least predicted J, the
+    linearisation's base.f + g . (ut - u) (the moved indicators and the epigraph variables
+    that followed them; one spanning-tree sum each), in the trials' order. Every process
+    computes the same sums, so every process keeps the same trials."""
+    if keep == 0 or len(points) <= keep:
+        return list(range(len(points)))
+    pred = [views.var_sum(np.where(views.local_vars, base.g * (p - base.u), 0.0))
+            for p in points]
+    return sorted(sorted(range(len(points)), key=lambda i: pred[i])[:keep])
+
+
+def _best_trial(st: DecStructure, base: Linearisation, points: list[np.ndarray],
+                free: np.ndarray, views: MoveViews,
+                values: Callable[[np.ndarray], Linearisation],
+                global_max: Callable[[np.ndarray], float], viol_tol: float, keep: int
+                ) -> tuple[int, Linearisation | None, int]:
+    """The screened trials (`_screened`) evaluated exactly; (the index of the feasible one of
+    least J or -1, its values, the trials evaluated)."""
+    best, best_v = -1, None
+    chosen = _screened(base, points, views, keep)
+    for i in chosen:
+        vt, viol = _exact_value(st, points[i], free, values, global_max)
+        if viol <= viol_tol and (best_v is None or vt.f < best_v.f):
+            best, best_v = i, vt
+    return best, best_v, len(chosen)
 
 
 def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                     linearise: Callable[[np.ndarray], Linearisation],
                     values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                     global_max: Callable[[np.ndarray], float], viol_tol: float,
-                    passes: int, afford: Callable[..., bool] = lambda passes=0: True
-                    ) -> tuple[np.ndarray, dict[str, Any]]:
+                    passes: int, afford: Callable[..., bool] = lambda passes=0: True,
+                    keep: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves the priced trials cannot see: a trial of a UE whose leaving lets a shared max
     (dA, dR) fall is priced by its rise only (module docstring). Such UEs are found by
     `_lowers_a_shared_max`, run once per sweep for the UEs the prefilter `_tight_leavers`
@@ -502,18 +545,15 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
             j = int(g[np.argmax(x[g])])
             if not _lowers_a_shared_max(st, u, lin, free, views, j, tops):
                 continue
-            best = None
-            for v in g.tolist():
-                if v == j:
-                    continue
-                tried += 1
+            pts = []
+            for v in (v for v in g.tolist() if v != j):
                 ut = u.copy()
                 ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
-                ut, vt, viol = _exact_trial(st, ut, free, lin, values, views, global_max)
-                if viol <= viol_tol and (best is None or vt.f < best[1].f):
-                    best = (ut, vt)
-            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
-                u, lin, moves, moved = best[0], linearise(best[0]), moves + 1, True
+                pts.append(_trial_point(st, ut, free, lin, views))
+            i, vt, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
+            tried += n
+            if i >= 0 and vt.f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+                u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True
             fix_indicators_at(st, u)
         if not moved:
             break
@@ -559,8 +599,8 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                       linearise: Callable[[np.ndarray], Linearisation],
                       values: Callable[[np.ndarray], Linearisation], views: MoveViews,
                       global_max: Callable[[np.ndarray], float], viol_tol: float,
-                      passes: int, afford: Callable[..., bool] = lambda passes=0: True
-                      ) -> tuple[np.ndarray, dict[str, Any]]:
+                      passes: int, afford: Callable[..., bool] = lambda passes=0: True,
+                      keep: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
     """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
     every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
     them) falls only when every one of them leaves, so no single trial sees the gain. Each
@@ -578,18 +618,17 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 break
             if np.any(down[t, ues] != j):   # an earlier move of this sweep
                 continue
-            best = None
+            pts = []
             for b in targets:
-                tried += 1
                 ut = u.copy()
                 ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
-                ut, vt, viol = _exact_trial(st, ut, free, lin, values, views, global_max)
-                if viol <= viol_tol and (best is None or vt.f < best[1].f):
-                    best = ((ut, b), vt)
-            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
-                u, lin, moves, moved = best[0][0], linearise(best[0][0]), moves + 1, True
-                down[t, ues] = best[0][1]
+                pts.append(_trial_point(st, ut, free, lin, views))
+            i, vt, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
+            tried += n
+            if i >= 0 and vt.f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+                u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True
+                down[t, ues] = targets[i]
             fix_indicators_at(st, u)
         if not moved:
             break

@@ -25,7 +25,7 @@ from cefl_opt import system
 from cefl_opt.association import association_rule, repair_associations
 from cefl_opt.instance import Instance
 from cefl_opt.io import check_interrupt
-from cefl_opt.solution import RoundDecision, Solution
+from cefl_opt.solution import InstanceMismatch, RoundDecision, Solution
 
 from . import decentralized, isolation
 from .base import Results, SolutionStatus, TerminationCondition
@@ -181,7 +181,9 @@ def _seed_task(search: _Search, opts: IpoptEnumOptions, label: str, aggs: list[i
     inst, warm = search.nlp.inst, None
     trial: dict[str, Any] = {"seed": label, "objective": None}
     if method is not None:
-        warm, stopped = _decentralized_seed(inst, method, opts.bound, search.deadline)
+        warm, stopped = (_read_seed(inst, method, opts.seed_points[method]), False) \
+            if method in opts.seed_points else \
+            _decentralized_seed(inst, method, opts.bound, search.deadline)
         if warm is None:   # a stopped seed is recorded: the search did not finish
             return ({**trial, "stopped": True} if stopped else None), None
         ev = system.evaluate(inst, warm, bound=opts.bound, weights=opts.weights)
@@ -250,6 +252,19 @@ def _decentralized_seed(inst: Instance, method: str, bound: str,
         child.kill()
         child.join()
         recv.close()
+
+
+def _read_seed(inst: Instance, method: str, path: str) -> Solution:
+    """`method`'s point on `inst`, read from the solution file `path` (option `seed_points`);
+    a file of another instance or another method is an error naming the file."""
+    sol = Solution.load(path, instance=inst)
+    if sol.instance_sha256 != inst.fingerprint():
+        raise InstanceMismatch(f"seed_points[{method!r}]: {path} was not computed for this "
+                               f"instance (its 'instance_sha256' is {sol.instance_sha256!r})")
+    if sol.method != method:
+        raise ValueError(f"seed_points[{method!r}]: {path} holds a point of method "
+                         f"{sol.method!r}, not {method!r}")
+    return sol
 
 
 def _send_decentralized(conn, inst: Instance, method: str, bound: str) -> None:

@@ -361,8 +361,10 @@ def _check_whole(label: str, value, lo: int) -> None:
 
 def _check_search_constants(k: PDConstants) -> None:
     """The search's constants (`solvers/aggregator_moves.py`): agg_passes >= 0,
-    refine_rounds >= 0, agg_screen >= 1, candidates 1 or 2, search_budget >= 0."""
+    refine_rounds >= 0, agg_screen >= 1, move_screen >= 0, candidates 1 or 2,
+    search_budget >= 0."""
     _check_whole("constant 'agg_passes'", k.agg_passes, 0)
+    _check_whole("constant 'move_screen'", k.move_screen, 0)
     _check_whole("constant 'refine_rounds'", k.refine_rounds, 0)
     _check_whole("constant 'agg_screen'", k.agg_screen, 1)
     if k.candidates not in (1, 2) or isinstance(k.candidates, bool):
@@ -587,12 +589,24 @@ def _finish_point(run: DecentralizedRun, u: np.ndarray, views, start: str,
                   record: bool = False, against: Candidate | None = None) -> Candidate:
     """A finished candidate from the binary point u: its indicators fixed, the association
     moves, the finishing phase (Alg. 1, indicators fixed; a trial `against` an incumbent),
-    then J and the violation by messages (`_network_value`)."""
+    scored by `_finished`."""
     fix_indicators_at(run.st, u)
     if run.k.move_passes:
         u = _association_moves(run, u, views, record=record)
     u_fin, records, reason = _finishing_phase(run, u, against)
-    J, viol = _network_value(run, u_fin)
+    return _finished(run, u_fin, records, reason, start, views)
+
+
+def _finished(run: DecentralizedRun, u_fin: np.ndarray, records: list, reason: str, start: str,
+              views) -> Candidate:
+    """The candidate of a finishing phase's point u_fin, scored as the decisions it holds are
+    (`eqn:objective`): its epigraph variables at the max of their rows
+    (`assoc_moves.tighten_epigraphs`: no slack above a max term, no max term's row left
+    violated), then J and the violation by messages (`_network_value`). The network compares
+    candidates by this J."""
+    st = run.st
+    u_t = tighten_epigraphs(st, u_fin, _linearise_fn(run)(u_fin), _free_rows(st), views)
+    J, viol = _network_value(run, u_t)
     cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason, start=start)
     run.finished.append(cand)
     return cand
@@ -640,10 +654,12 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
                                linearise=lin_fn, views=views, passes=passes)
         u_moved, exact = timed("exact_moves_s", exact_top_moves, st, u_moved, free,
                                linearise=lin_fn, values=val_fn, views=views, global_max=gmax,
-                               viol_tol=k.viol_tol, passes=passes, afford=afford)
+                               viol_tol=k.viol_tol, passes=passes, afford=afford,
+                               keep=k.move_screen)
         u_moved, group = timed("group_moves_s", exact_group_moves, st, u_moved, free,
                                linearise=lin_fn, values=val_fn, views=views, global_max=gmax,
-                               viol_tol=k.viol_tol, passes=1, afford=afford)
+                               viol_tol=k.viol_tol, passes=1, afford=afford,
+                               keep=k.move_screen)
         cnt["refine_rounds"] += 1
         cnt["group_moves"] += group["group_moves"]
         cnt["group_trials"] += group["group_trials"]
@@ -654,10 +670,7 @@ def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, di
             break
         cnt["refine_moves"] += n_moved
         u_fin, records, reason = _finishing_phase(run, u_moved, inc)
-        J, viol = _network_value(run, u_fin)
-        cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
-                         start=inc.start)
-        run.finished.append(cand)
+        cand = _finished(run, u_fin, records, reason, inc.start, views)
         if not better(cand, inc, k.viol_tol):
             inc, kept = _refine_subsets(run, inc, u_moved, views, cnt)
             if not kept:
@@ -690,11 +703,7 @@ def _refine_subsets(run: DecentralizedRun, inc: Candidate, u_moved: np.ndarray, 
         fix_indicators_at(st, u)
         u = tighten_epigraphs(st, u, lin_fn(u), free, views)
         u_fin, records, reason = _finishing_phase(run, u, against)
-        J, viol = _network_value(run, u_fin)
-        cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason,
-                         start=inc.start)
-        run.finished.append(cand)
-        return cand
+        return _finished(run, u_fin, records, reason, inc.start, views)
     tally = BatchTally()
     half = len(comps) // 2
     out, kept = inc, []

@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import math
 import numbers
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -123,6 +124,19 @@ def _no_weights(v: Mapping[str, Any]) -> str | None:
     """Refuses every override: the method optimises the instance's own weights."""
     return None if not v else ("is not taken by the decentralised methods (their node objectives use the "
             "instance's xi1, xi2, xi3: set the weights in the instance)")
+
+
+DECENTRALIZED_SEEDS = ("decentralized", "decentralized-polish")   # ipopt-enum's method seeds
+
+
+def _seed_points(v: Mapping[str, Any]) -> str | None:
+    """Keys among `DECENTRALIZED_SEEDS`, each value the path of an existing solution file."""
+    for k, path in v.items():
+        if k not in DECENTRALIZED_SEEDS:
+            return f"has the key {k!r}: expected one of {', '.join(DECENTRALIZED_SEEDS)}"
+        if not isinstance(path, str) or not os.path.isfile(path):
+            return f"names no solution file for {k!r} ({path!r} is not a file)"
+    return None
 
 
 def _ipopt_entries(v: Mapping[str, Any]) -> str | None:
@@ -279,6 +293,12 @@ class IpoptEnumOptions(IpoptOptions):
     seed_decentralized: bool = option(True, "seed the search with the binaries of the "
                                       "decentralized and decentralized-polish methods",
                                       flagged=False, group="search")
+    seed_points: dict = option({}, "the points decentralized and decentralized-polish already "
+                               "found on this instance (method -> solution file): with "
+                               "seed_decentralized, their binaries and warm starts are read "
+                               "from these files instead of re-running the method (the same "
+                               "seeds: the same answer)", check=_seed_points, cli=False,
+                               group="search")
     screen: float = option(0.02, "an aggregator move is repaired and polished when Ipopt puts it "
                            "within this fraction above the current objective", check=at_least(0),
                            flagged=False, group="search")
@@ -402,6 +422,10 @@ PD_CONSTANT_DOCS: dict[str, tuple[str, Check | None, tuple[str, ...] | None]] = 
     "agg_screen": ("the most aggregator trials a visit finishes: with more other DCs, each "
                    "trial is first estimated (aggregator set, epigraphs tightened, no finishing "
                    "phase) and only this many best estimates are finished", at_least(1), None),
+    "move_screen": ("the most exact trials per UE or BS group in a refinement round's exact "
+                    "and group moves: with more, each trial point is first estimated (epigraphs "
+                    "tightened, the linearised objective) and only this many best estimates are "
+                    "evaluated exactly (0: every one)", at_least(0), None),
     "refine_rounds": ("rounds of association moves at each start's finished point (before "
                       "its aggregator moves, and again after an aggregator moved), each "
                       "followed by a finishing phase and kept only when the finished "
@@ -422,7 +446,7 @@ PD_CONSTANT_GROUPS = {"live_only": "finishing", "descent": "finishing", "stall_t
                       "stall_window": "finishing", "trial_cutoff": "search",
                       "candidates": "rounding",
                       "move_passes": "rounding", "agg_passes": "search", "agg_screen": "search",
-                      "refine_rounds": "search"}
+                      "move_screen": "search", "refine_rounds": "search"}
 
 
 @dataclass(frozen=True)

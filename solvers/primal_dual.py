@@ -90,6 +90,10 @@ class PDConstants:
     agg_screen: the most aggregator trials a visit finishes: with more other DCs, the trials
     are ranked by a cheap estimate (the epigraphs tightened, no finishing phase) and the best
     agg_screen of them are finished (`solvers/aggregator_moves.py`).
+    move_screen: the most exact trials per UE or BS group in a refinement round's exact and
+    group moves (`solvers/assoc_moves.py`): with more, every trial point is first estimated
+    (its epigraphs tightened, the linearisation's prediction of J, no evaluation of the
+    nodes' blocks) and only this many best estimates are evaluated exactly (0: every one).
     refine_rounds: after each candidate's search, rounds of association moves at its finished
     point followed by a new finishing phase, each kept only when the finished J falls (stops
     at the first round that moves nothing or does not lower J; 0: off).
@@ -130,6 +134,7 @@ class PDConstants:
     candidates: int = 2
     refine_rounds: int = 3
     agg_screen: int = 3
+    move_screen: int = 1
     search_budget: float = 10.0
 
     def as_dict(self) -> dict[str, Any]:

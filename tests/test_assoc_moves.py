@@ -553,3 +553,62 @@ def test_a_rejected_rounds_halves_are_finished_and_only_a_better_half_is_taken(m
     worse = agm.Candidate(u=u0, J=1.0, viol=0.0, start="relaxed")   # nothing beats it
     out, kept = dz._refine_subsets(run, worse, u1, views, cnt)
     assert out is worse and kept == []
+
+
+# ---------------------------------------------------------------- the screen of exact trials
+@pytest.mark.parametrize("keep,per_group", [(0, 3), (1, 1), (2, 2), (3, 3), (4, 3)])
+def test_a_screened_sweep_evaluates_at_most_keep_trials_per_group(keep, per_group):
+    """Three groups of three targets each (the hand start of the sweep test): `keep` = 0 or at
+    least the targets evaluates every trial; fewer evaluates `keep` per group."""
+    inst, st, u, free, views = _setup("small", 3, 2, ues=7, bss=4)
+    N = inst.N
+    u = _with_downlinks(st, u, free, views, [[0, 1, 1] + [2] * (N - 3), [3] * N])
+    _u, info = am.exact_group_moves(st, u, free, linearise=st.linearise, values=st.values,
+                                    views=views, global_max=_gmax, viol_tol=1e-6, passes=1,
+                                    keep=keep)
+    assert info["group_trials"] == 3 * per_group
+
+
+def test_the_screen_keeps_the_trials_of_least_predicted_objective():
+    """Truth: the linearisation's prediction f + g . (ut - u) computed here by hand for every
+    whole-group trial point of the scrambled start; the screen keeps the `keep` least, in the
+    trials' order, and every trial when they are no more than `keep`."""
+    _inst, st, u, free, views = _setup("paper", 5, 2, scramble=True)
+    lin = st.linearise(u)
+    groups = am._bs_groups(st, am._downlinks(st, u, views))
+    seen = 0
+    for _t, j, _ues, rows, targets in groups:
+        pts = []
+        for b in targets:
+            ut = u.copy()
+            ut[rows[:, j]] = 0.0
+            ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
+            pts.append(am._trial_point(st, ut, free, lin, views))
+        pred = np.array([float(lin.g @ (p - u)) for p in pts])
+        for keep in range(0, len(pts) + 2):
+            got = am._screened(lin, pts, views, keep)
+            want = (list(range(len(pts))) if keep == 0 or keep >= len(pts)
+                    else sorted(np.argsort(pred, kind="stable")[:keep].tolist()))
+            assert got == want
+        seen += len(pts) >= 2 and len(set(pred.round(12))) > 1
+    assert seen >= 2                      # groups where the screen has a choice to make
+    am.fix_indicators_at(st, u)
+
+
+@pytest.mark.parametrize("move,key", [(am.exact_top_moves, "exact"),
+                                      (am.exact_group_moves, "group")])
+def test_screened_moves_still_lower_P_by_their_reported_gain(move, key):
+    """With one exact trial per group (the default screen), the moves end feasible and P
+    (`system.evaluate`) falls by the reported gain, with fewer exact trials than unscreened."""
+    inst, st, u, free, views = _setup("small", 3, 2, scramble=True, ues=7, bss=4)
+    ev0 = system.evaluate(inst, _solution(inst, st, u)).objective
+    kw = dict(linearise=st.linearise, values=st.values, views=views, global_max=_gmax,
+              viol_tol=1e-6, passes=20)
+    u1, one = move(st, u.copy(), free, keep=1, **kw)
+    ev1 = system.evaluate(inst, _solution(inst, st, u1))
+    assert ev1.feasible and one[f"{key}_moves"] > 0
+    assert ev1.objective == pytest.approx(ev0 - one[f"{key}_gain"], rel=1e-9)
+    am.fix_indicators_at(st, u)
+    _u, every = move(st, u.copy(), free, keep=0, **kw)
+    assert one[f"{key}_trials"] < every[f"{key}_trials"]
+    am.fix_indicators_at(st, u)

@@ -421,3 +421,37 @@ def test_ipopt_enum_gives_the_same_answer_bit_for_bit_on_any_number_of_workers(s
         assert many.info["seeds"] == one.info["seeds"]
         assert many.info["ipopt_solves"] == one.info["ipopt_solves"]
         assert many.info["aggregators"] == one.info["aggregators"]
+
+
+def test_ipopt_enum_reads_its_decentralized_seeds_from_files_with_the_same_answer(tmp_path):
+    """`seed_points`: the decentralised methods' points read from their solution files give the
+    answer of re-running them, bit for bit (a run passes the points it already found)."""
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    files = {}
+    for m in ("decentralized", "decentralized-polish"):
+        files[m] = str(tmp_path / f"{m}.json")
+        solve(inst, m).solution.save(files[m])
+    ran = solve(inst, "ipopt-enum", workers=1)
+    read = solve(inst, "ipopt-enum", workers=1, seed_points=files)
+    assert read.objective == ran.objective
+    assert read.info["seeds"] == ran.info["seeds"]
+    for a, b in zip(read.solution.rounds, ran.solution.rounds):
+        for k, v in vars(b).items():
+            assert np.array_equal(np.asarray(getattr(a, k)), np.asarray(v)), k
+
+
+def test_ipopt_enum_refuses_seed_points_of_another_method_instance_or_key(tmp_path):
+    from cefl_opt.io import InputError
+    from cefl_opt.solvers.options import OptionError
+    inst = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=1)
+    path = tmp_path / "dec.json"
+    solve(inst, "decentralized").solution.save(path)
+    with pytest.raises(ValueError, match="holds a point of method 'decentralized'"):
+        solve(inst, "ipopt-enum", workers=1, seed_points={"decentralized-polish": str(path)})
+    other = make_instance("paper", ues=2, bss=1, dcs=3, rounds=2, seed=2)
+    with pytest.raises(InputError, match="not computed for this instance"):
+        solve(other, "ipopt-enum", workers=1, seed_points={"decentralized": str(path)})
+    with pytest.raises(OptionError, match="seed_points.*has the key 'fixed'"):
+        solve(inst, "ipopt-enum", seed_points={"fixed": str(path)})
+    with pytest.raises(OptionError, match="seed_points.*names no solution file"):
+        solve(inst, "ipopt-enum", seed_points={"decentralized": str(tmp_path / "none.json")})

@@ -52,7 +52,7 @@ def test_decentralized_phases_hold_their_options():
                             "finishing", "messaging", "recording"]
     assert {"lambda1", "zeta", "max_outer", "constants"} <= groups["relaxed phase"]
     assert {"candidates", "move_passes"} == groups["rounding"]
-    assert {"agg_passes", "agg_screen", "refine_rounds", "trial_cutoff"} == groups["search"]
+    assert {"agg_passes", "agg_screen", "move_screen", "refine_rounds", "trial_cutoff"} == groups["search"]
     assert {"stall_tol", "stall_window", "descent", "live_only"} == groups["finishing"]
     assert {"consensus_rounds", "backend"} == groups["messaging"]
 
