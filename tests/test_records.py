@@ -63,7 +63,19 @@ def test_values_from_hand_records(tmp_path):
            [["3/3", 0, 70, 20.0, "eeeeeee", m], ["3/3", 0, 60, 10.0, "eeeeeee", m]])
     _write(tmp_path / "flower.csv", ["engine", "like_for_like_ratio", "commit", "machine"],
            [["local", 1.0, "fffffff", m], ["flower", 1.25, "fffffff", m]])
+    _write(tmp_path / "dec_scale.csv", ["ues", "bss", "dcs", "seed", "config", "wall_s",
+                                        "peak_rss_mb", "objective", "search_stop", "commit",
+                                        "machine"],
+           [[200, 40, 10, 1, "default", 100.0, 500, 0.9, "completed", "ggggggg", m],
+            [200, 40, 10, 1, "search-free", 20.0, 490, 1.0, "", "hhhhhhh", m],
+            [1000, 100, 20, 2, "default", 900.0, 2100, 0.75, "search budget", "ggggggg", m],
+            [1000, 100, 20, 2, "search-free", 150.0, 2000, 1.0, "", "hhhhhhh", m]])
     v = _hook(tmp_path).values()
+    assert (v["dec_200_wall"], v["dec_200_mem"], v["dec_200_below_free"]) == (
+        "100.0 s", "500 MB", "10.0 %")
+    assert (v["dec_1000_wall"], v["dec_1000_mem"], v["dec_1000_below_free"]) == (
+        "15.0 min", "2,100 MB", "25.0 %")
+    assert v["dec_scale_commits"] == "`ggggggg`"
     assert v["dec_paper_median_gap"] == "+1.00 %" and v["dec_paper_max_gap"] == "+3.00 %"
     assert v["dec_paper_worst_seed"] == "3" and v["dec_paper_cpu_max"] == "33 s"
     assert v["dec_small_max_gap"] == "+0.50 %"
@@ -84,7 +96,7 @@ def test_values_from_hand_records(tmp_path):
 def test_every_record_row_is_stamped(hook):
     files = sorted(hook.RECORDS.glob("*.csv"))
     assert {p.stem for p in files} == {"dec_quality", "mpi_scale", "inner_cost", "exp1_energy",
-                                       "flower"}
+                                       "flower", "dec_scale"}
     for path in files:
         for row in hook.load(path.stem):
             assert re.fullmatch(r"[0-9a-f]{7}", row["commit"]), (path.name, row)

@@ -64,7 +64,8 @@ ASSOC = tuple(_AS + n for n in (
     "a_pass_lowers_P_by_at_least_its_predicted_gain",
     "the_screen_flags_exactly_the_ues_whose_leaving_lowers_dA_or_dR",
     "exact_moves_lower_P_and_end_where_no_flagged_trial_does",
-    "vetoes_keep_the_kind_of_the_best_trial", "exact_moves_take_the_best_of_several_targets"))
+    "vetoes_keep_the_kind_of_the_best_trial", "exact_moves_take_the_best_of_several_targets",
+    "the_screen_keeps_the_trials_of_least_predicted_objective"))
 _AG = "tests/test_aggregator_moves.py::test_"
 AGG = tuple(_AG + n for n in (
     "better_accepts_only_a_fall_of_J_among_feasible_points",
@@ -168,11 +169,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "round floor with every mini-batch ratio at 1", BOUND),
     Mutant("M28", "solvers/bound.py", "c0 = 4.0 * np.sqrt(g1) / (vt",
            "c0 = 4.0 * np.sqrt(g2) / (vt", "drift factor's floor at the cell's upper end", BOUND),
-    Mutant("M29", "solvers/bound.py", "/ np.sqrt(g2)\n", "/ np.sqrt(g1)\n",
+    Mutant("M29", "solvers/bound.py", "/ np.sqrt(g2) / m_hi\n", "/ np.sqrt(g1) / m_hi\n",
            "ML floor's noise term at the cell's lower end", BOUND),
     Mutant("M30", "solvers/bound.py", "(cut if lo is None else max(lo, cut))",
            "(cut if lo is None else lo)", "round floor not raised to its aggregator cut", BOUND,
-           alts=(("else max(lo, floors[t][k])", "else lo"),)),
+           alts=(("else max(lo, floors[t][k])", "else lo"),
+                 ("if lo is None else max(lo, lv.floors[t][k])", "if lo is None else lo"))),
     Mutant("M31", "solvers/bound.py", "(np.array(floors)[None] + rise).min(axis=2)",
            "(np.array(floors)[None] + rise).max(axis=2)", "bound takes the worst aggregator",
            BOUND),
@@ -221,13 +223,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("M44", "solvers/assoc_moves.py", "            if len(ues) < 2:",
            "            if len(ues) < 3:", "group moves skip BSs serving two UEs", ASSOC),
     Mutant("M45", "solvers/assoc_moves.py",
-           "lt.f < best[1].f):\n                    best = ((ut, b), lt)",
-           "lt.f > best[1].f):\n                    best = ((ut, b), lt)",
-           "group move takes the worst target", ASSOC),
+           "(best_v is None or vt.f < best_v.f):", "(best_v is None or vt.f > best_v.f):",
+           "an exact or group move takes the worst evaluated target", ASSOC),
     Mutant("M46", "solvers/assoc_moves.py",
-           "            if best is not None and best[1].f < lin.f - 1e-12 * max(1.0, abs(lin.f)):"
-           "\n                u, lin, moves, moved = best[0][0]",
-           "            if best is not None:\n                u, lin, moves, moved = best[0][0]",
+           "            if i >= 0 and vt.f < lin.f - 1e-12 * max(1.0, abs(lin.f)):"
+           "\n                u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True"
+           "\n                down[t, ues]",
+           "            if i >= 0:"
+           "\n                u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True"
+           "\n                down[t, ues]",
            "group move accepted even when it raises J", ASSOC),
     Mutant("M47", "solvers/assoc_moves.py", "if k not in bounded and c[k] + d > max(c[k], 0.0)",
            "if False and c[k] + d > max(c[k], 0.0)", "trial that violates a row not refused",
@@ -262,9 +266,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "scale = np.maximum(1.0, inst.Rmax_s / R.sum(axis=0))",
            "reference rates above the DC's capacity", EVAL),
     Mutant("M59", "solvers/assoc_moves.py",
-           "lt.f < best[1].f):\n                    best = (ut, lt)",
-           "lt.f > best[1].f):\n                    best = (ut, lt)",
-           "exact trial takes the worst target", ASSOC),
+           "key=lambda i: pred[i])[:keep]", "key=lambda i: -pred[i])[:keep]",
+           "the screen of exact and group trials keeps the worst estimates", ASSOC),
     Mutant("M60", "solvers/aggregator_moves.py",
            "if best_t is None or better(cand, best_t, viol_tol):",
            "if best_t is None or better(best_t, cand, viol_tol):",
