@@ -92,9 +92,8 @@ Finish = Callable[[np.ndarray, Candidate], Candidate]
 
 def better(a: Candidate, b: Candidate, viol_tol: float) -> bool:
     """Whether candidate a beats b: a feasible candidate (violation <= viol_tol) beats an
-    infeasible one; two feasible ones by J (a lower by more than GAIN_PER_TOL x viol_tol
-    relative); two
-    infeasible ones by the violation."""
+    infeasible one; two feasible ones by J (a ends below `target_of(b)`); two infeasible ones
+    by the violation."""
     fa, fb = a.viol <= viol_tol, b.viol <= viol_tol
     if fa != fb:
         return fa

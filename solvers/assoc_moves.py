@@ -474,15 +474,6 @@ def _exact_value(st: DecStructure, ut: np.ndarray, free: np.ndarray,
     return vt, global_max(np.where(free, np.maximum(vt.c, 0.0), 0.0))
 
 
-def _exact_trial(st: DecStructure, ut: np.ndarray, free: np.ndarray, base: Linearisation,
-                 values: Callable[[np.ndarray], Linearisation], views: MoveViews,
-                 global_max: Callable[[np.ndarray], float]
-                 ) -> tuple[np.ndarray, Linearisation, float]:
-    """`_trial_point` then `_exact_value`. Returns (the point, its values, the violation)."""
-    ut = _trial_point(st, ut, free, base, views)
-    return (ut, *_exact_value(st, ut, free, values, global_max))
-
-
 def _screened(base: Linearisation, points: list[np.ndarray], views: MoveViews, keep: int
               ) -> list[int]:
     """Which of a group's trial points (`_trial_point`) are evaluated exactly: every one when
@@ -501,16 +492,19 @@ def _best_trial(st: DecStructure, base: Linearisation, points: list[np.ndarray],
                 free: np.ndarray, views: MoveViews,
                 values: Callable[[np.ndarray], Linearisation],
                 global_max: Callable[[np.ndarray], float], viol_tol: float, keep: int
-                ) -> tuple[int, Linearisation | None, int]:
+                ) -> tuple[int, int]:
     """The screened trials (`_screened`) evaluated exactly; (the index of the feasible one of
-    least J or -1, its values, the trials evaluated)."""
+    least J when it lowers base's J, else -1; the trials evaluated). A move is taken only on
+    this test, so J falls with every move."""
     best, best_v = -1, None
     chosen = _screened(base, points, views, keep)
     for i in chosen:
         vt, viol = _exact_value(st, points[i], free, values, global_max)
         if viol <= viol_tol and (best_v is None or vt.f < best_v.f):
             best, best_v = i, vt
-    return best, best_v, len(chosen)
+    if best_v is None or best_v.f >= base.f - 1e-12 * max(1.0, abs(base.f)):
+        return -1, len(chosen)
+    return best, len(chosen)
 
 
 def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
@@ -550,9 +544,9 @@ def exact_top_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 ut = u.copy()
                 ut[j], ut[v] = 0.0, 1.0 / st.scale[v]
                 pts.append(_trial_point(st, ut, free, lin, views))
-            i, vt, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
+            i, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
             tried += n
-            if i >= 0 and vt.f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+            if i >= 0:
                 u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True
             fix_indicators_at(st, u)
         if not moved:
@@ -604,7 +598,7 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
     """Moves of a BS's whole downlink group (module docstring, *Group moves*): per round,
     every UE the BS serves moves to one other BS together. The BS's delta^B_b (a max over
     them) falls only when every one of them leaves, so no single trial sees the gain. Each
-    target BS is tried exactly (`_exact_trial`); the best is taken when it is feasible and
+    target BS is tried exactly (`_trial_point`, `_exact_value`); the best is taken when it is feasible and
     lowers J, one group at a time (so J falls with every move); up to `passes` sweeps, stopped
     when `afford()` (the search's budget) says no before a group. The groups come from
     `_downlinks`, the same on every process. Returns (u', info)."""
@@ -624,9 +618,9 @@ def exact_group_moves(st: DecStructure, u: np.ndarray, free: np.ndarray, *,
                 ut[rows[:, j]] = 0.0
                 ut[rows[:, b]] = 1.0 / st.scale[rows[:, b]]
                 pts.append(_trial_point(st, ut, free, lin, views))
-            i, vt, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
+            i, n = _best_trial(st, lin, pts, free, views, values, global_max, viol_tol, keep)
             tried += n
-            if i >= 0 and vt.f < lin.f - 1e-12 * max(1.0, abs(lin.f)):
+            if i >= 0:
                 u, lin, moves, moved = pts[i], linearise(pts[i]), moves + 1, True
                 down[t, ues] = targets[i]
             fix_indicators_at(st, u)

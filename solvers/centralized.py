@@ -30,8 +30,8 @@ from cefl_opt.solution import InstanceMismatch, RoundDecision, Solution
 from . import decentralized, isolation
 from .base import Results, SolutionStatus, TerminationCondition
 from .fixed_nlp import IPOPT_DEFAULTS, IPOPT_QUIET, FixedNLP, require_cyipopt  # noqa: F401
-from .options import (FixedOptions, GreedyOptions, IpoptEnumOptions, IpoptOptions, NoOffloadOptions,
-                      OptionError)
+from .options import (DECENTRALIZED_SEEDS, FixedOptions, GreedyOptions, IpoptEnumOptions,
+                      IpoptOptions, NoOffloadOptions, OptionError)
 
 
 # ---------------------------------------------------------------------- discrete choices
@@ -390,7 +390,7 @@ def _seed_list(inst: Instance, opts: IpoptEnumOptions) -> list[tuple[str, tuple]
               for k in range(1, opts.starts)]
     tasks = [("seed", (label, aggs, None)) for label, aggs in cands]
     if opts.seed_decentralized:
-        tasks = [("seed", (m, None, m)) for m in ("decentralized", "decentralized-polish")] + tasks
+        tasks = [("seed", (m, None, m)) for m in DECENTRALIZED_SEEDS] + tasks
     return tasks
 
 

@@ -604,9 +604,7 @@ def _finished(run: DecentralizedRun, u_fin: np.ndarray, records: list, reason: s
     (`assoc_moves.tighten_epigraphs`: no slack above a max term, no max term's row left
     violated), then J and the violation by messages (`_network_value`). The network compares
     candidates by this J."""
-    st = run.st
-    u_t = tighten_epigraphs(st, u_fin, _linearise_fn(run)(u_fin), _free_rows(st), views)
-    J, viol = _network_value(run, u_t)
+    _u, J, viol = _tightened_value(run, u_fin, views)
     cand = Candidate(u=u_fin, J=J, viol=viol, records=records, reason=reason, start=start)
     run.finished.append(cand)
     return cand
@@ -616,14 +614,19 @@ def _estimate_point(run: DecentralizedRun, u: np.ndarray, views, start: str) -> 
     """The aggregator screen's estimate of the binary point u (no finishing phase): its
     indicators fixed, the epigraph variables of the max terms tightened on the other
     variables' values (`assoc_moves.tighten_epigraphs`, `eqn:objective`'s max terms at their
-    rows' max), then J and the violation by messages (`_network_value`)."""
-    st = run.st
-    free = _free_rows(st)
-    fix_indicators_at(st, u)
-    lin_fn = _linearise_fn(run)
-    u = tighten_epigraphs(st, u, lin_fn(u), free, views)
-    J, viol = _network_value(run, u)
+    rows' max), then J and the violation by messages (`_tightened_value`)."""
+    fix_indicators_at(run.st, u)
+    u, J, viol = _tightened_value(run, u, views)
     return Candidate(u=u, J=J, viol=viol, start=start)
+
+
+def _tightened_value(run: DecentralizedRun, u: np.ndarray, views
+                     ) -> tuple[np.ndarray, float, float]:
+    """(u with its epigraph variables at the max of their rows, J there, its violation): one
+    linearisation for the rows, `assoc_moves.tighten_epigraphs`, then `_network_value`."""
+    st = run.st
+    u = tighten_epigraphs(st, u, _linearise_fn(run)(u), _free_rows(st), views)
+    return (u, *_network_value(run, u))
 
 
 def _refine(run: DecentralizedRun, inc: Candidate, views) -> tuple[Candidate, dict[str, int]]:

@@ -238,7 +238,7 @@ def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T
 @pytest.mark.parametrize("preset,seed,T", [("small", 3, 2), ("paper", 5, 2)])
 def test_an_exact_trial_from_the_current_rows_equals_one_evaluated_at_the_moved_point(
         preset, seed, T):
-    """`_exact_trial` takes the rows at the moved point from the current point's linearisation
+    """An exact trial (`_trial_point`, `_exact_value`) takes the rows at the moved point from the current point's linearisation
     (affine in each moved group's indicators) instead of evaluating them there: for every
     single-UE trial and every whole-group trial of the scrambled start, the tightened point,
     J and the violation equal those of the trial whose rows are evaluated at the moved point
@@ -274,7 +274,8 @@ def test_an_exact_trial_from_the_current_rows_equals_one_evaluated_at_the_moved_
                          minlength=st.n_rows)
         am.fix_indicators_at(st, ut)
         assert np.allclose((lin.c + dc)[free], st.values(ut).c[free], rtol=0, atol=1e-12)
-        u1, v1, viol1 = am._exact_trial(st, ut.copy(), free, lin, st.values, views, _gmax)
+        u1 = am._trial_point(st, ut.copy(), free, lin, views)
+        v1, viol1 = am._exact_value(st, u1, free, st.values, _gmax)
         u2, v2, viol2 = full(ut.copy())
         assert np.allclose(u1, u2, rtol=1e-12, atol=1e-12)
         assert v1.f == pytest.approx(v2.f, rel=1e-12) and viol1 == pytest.approx(viol2, abs=1e-12)
