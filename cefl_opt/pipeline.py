@@ -13,6 +13,7 @@ folder staged and moved into place only on success) is `cefl_opt.cli.run`.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -40,9 +41,8 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     `data` is the loaded data set ``(X_train, y_train, X_test, y_test)`` (needed to measure the
     ML constants, `measure`, and to train, `train`).
     """
-    from cefl_opt.solvers.base import solve
+    from cefl_opt.solvers.base import solve_together
     from cefl_opt.solvers.isolation import NativeCrash
-    from cefl_opt.solvers.options import DECENTRALIZED_SEEDS
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
@@ -60,41 +60,22 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     print(f"[1/3] instance {inst.name} ({'measured' if measure else 'placeholder'}"
           f" ML constants) -> {out / 'instance.json'}", flush=True)
 
-    rows, sols, feasible = [], {}, []
-    for meth in meths:
-        print(f"[2/3] solving P with {meth} ...", flush=True)
-        kw = {"progress": progress}     # a display switch every method takes
-        if meth in TRACED:
-            kw["trace_path"] = str(out / f"trace_{meth}.csv")
-        if meth == "ipopt-enum":   # its decentralised seeds: the points this run already found
-            kw["seed_points"] = {m: str(out / f"solution_{m}.json") for m in DECENTRALIZED_SEEDS
-                                 if m in sols}
-        if meth == "decomposed-bound":   # capped by the run's best feasible answer so far
-            kw["time_limit"] = BOUND_SECONDS
-            if feasible:
-                kw["incumbent"] = min(feasible)
-        try:
-            res = solve(inst, meth, isolate=True, **kw)
-        except NativeCrash as e:   # the other methods still run; the report says so
-            print(f"      {meth}: {e}", flush=True)
-            rows.append({"method": meth, "status": "crashed"})
-            continue
-        print("      " + res.summary(), flush=True)
-        if res.solution is None:
-            rows.append({"method": meth, "status": res.status, "bound": res.bound,
-                         "wall_s": res.wall_s})
-            continue
-        ev = system.evaluate(inst, res.solution)
-        if ev.feasible:
-            feasible.append(float(ev.objective))
-        res.solution.save(out / f"solution_{meth}.json")
-        sols[meth] = res.solution
-        rows.append({"method": meth, "status": res.status, "objective": ev.objective,
-                     "bound": res.bound,
-                     "ml_bound": ev.terms["ml_bound"], "delay_s": ev.terms["delay"],
-                     "energy_J": ev.terms["energy"], "wall_s": res.wall_s,
-                     "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds),
-                     **_dec_columns(res.accounting)})
+    rows, sols, feasible = {}, {}, []
+    for stage in solve_stages(meths):
+        calls = []
+        for i, meth in enumerate(stage):
+            print(f"[2/3] solving P with {meth} ...", flush=True)
+            calls.append((meth, _run_options(meth, out, sols, feasible, progress and i == 0)))
+        for meth, res in zip(stage, solve_together(inst, calls, at_once=_cores())):
+            if isinstance(res, NativeCrash):   # the other methods still run; the report says so
+                print(f"      {meth}: {res}", flush=True)
+                rows[meth] = {"method": meth, "status": "crashed"}
+                continue
+            if isinstance(res, Exception):
+                raise res
+            print("      " + res.summary(), flush=True)
+            rows[meth] = _solver_row(inst, res, out, sols, feasible)
+    rows = [rows[m] for m in meths]
     solvers = gap_columns(pd.DataFrame(rows))
     write_csv_atomic(solvers, out / "solvers.csv")
     _bar(solvers, out / "solvers.png")
@@ -127,6 +108,59 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
         _curves(hist, out / "accuracy_vs_cost.png")
     _report(out, inst, solvers, orch, cefl_src, train_tables, time.perf_counter() - t0)
     return out / "report.md"
+
+
+def solve_stages(meths: list[str]) -> list[list[str]]:
+    """The run's methods in the order they are solved, grouped into stages whose methods run
+    at once (`solve_together`, one process per core). The points `ipopt-enum` reads
+    (`DECENTRALIZED_SEEDS`) come first; `ipopt-enum` runs alone, on every core; then the rest,
+    `decomposed-bound` first, capped by the best answer of the stages before it."""
+    from cefl_opt.solvers.options import DECENTRALIZED_SEEDS
+    first = [m for m in meths if m in DECENTRALIZED_SEEDS]
+    rest = sorted((m for m in meths if m not in first and m != "ipopt-enum"),
+                  key=lambda m: m != "decomposed-bound")
+    return [s for s in (first, ["ipopt-enum"] if "ipopt-enum" in meths else [], rest) if s]
+
+
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _run_options(meth: str, out: Path, sols: dict, feasible: list[float], progress: bool
+                 ) -> dict:
+    """The options by name the run gives `meth`: a progress display (the first method of a
+    stage only), a trace file, `ipopt-enum`'s seed points (the run's own solution files) and
+    `decomposed-bound`'s time limit and incumbent."""
+    from cefl_opt.solvers.options import DECENTRALIZED_SEEDS
+    kw: dict = {"progress": progress}
+    if meth in TRACED:
+        kw["trace_path"] = str(out / f"trace_{meth}.csv")
+    if meth == "ipopt-enum":   # its decentralised seeds: the points this run already found
+        kw["seed_points"] = {m: str(out / f"solution_{m}.json") for m in DECENTRALIZED_SEEDS
+                             if m in sols}
+    if meth == "decomposed-bound":   # capped by the run's best feasible answer so far
+        kw["time_limit"] = BOUND_SECONDS
+        if feasible:
+            kw["incumbent"] = min(feasible)
+    return kw
+
+
+def _solver_row(inst, res, out: Path, sols: dict, feasible: list[float]) -> dict:
+    """The report's row of one method's result; its solution saved and kept in `sols`, its
+    objective in `feasible` if feasible."""
+    meth = res.method
+    if res.solution is None:
+        return {"method": meth, "status": res.status, "bound": res.bound, "wall_s": res.wall_s}
+    ev = system.evaluate(inst, res.solution)
+    if ev.feasible:
+        feasible.append(float(ev.objective))
+    res.solution.save(out / f"solution_{meth}.json")
+    sols[meth] = res.solution
+    return {"method": meth, "status": res.status, "objective": ev.objective,
+            "bound": res.bound, "ml_bound": ev.terms["ml_bound"], "delay_s": ev.terms["delay"],
+            "energy_J": ev.terms["energy"], "wall_s": res.wall_s,
+            "aggregators": " ".join(str(r.aggregator) for r in res.solution.rounds),
+            **_dec_columns(res.accounting)}
 
 
 def gap_columns(solvers: pd.DataFrame) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import enum
 import importlib
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from cefl_opt.instance import Instance, validated
@@ -17,7 +18,7 @@ from cefl_opt.solution import Solution
 from cefl_opt.system import objective_weights
 
 from .errors import SolverError  # noqa: F401  (re-exported: `solvers.base.SolverError`)
-from .isolation import call_isolated
+from .isolation import Isolated, call_isolated, run_together
 from .options import (OptionError, add_option_flags, add_setting_flags, build_options,
                       options_from_args)
 from .plugins import PLUGINS
@@ -250,6 +251,51 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         >>> res.status, round(res.objective, 3)
         ('locally_optimal', 2.287)
     """
+    inst, spec, opts = _prepared(inst, method, options, kw)
+    problems = inst.feasibility_problems()
+    if problems:
+        return _infeasible(method, problems)
+    t0 = time.perf_counter()
+    if isolate and getattr(opts, "backend", "local") != "mpi":
+        res = call_isolated(spec.function(), inst, opts, label=spec.native)
+    else:
+        res = spec.function()(inst, opts)
+    return _completed(res, inst, method, opts, time.perf_counter() - t0)
+
+
+def solve_together(inst: Instance, calls: list[tuple[str, dict[str, Any]]], *,
+                   at_once: int) -> list[Results | SolverError]:
+    """Each `(method, options by name)` of `calls` solved as `solve(inst, method, isolate=True,
+    **options)` would, each in its own child process, at most `at_once` at a time, started in
+    the order given.
+
+    Every call's options are checked before any starts (`OptionError`, `ValueError` as
+    `solve`). Returns one entry per call, in order: its `Results`, with `wall_s` its own child's
+    wall time, or the `SolverError` (a `NativeCrash`, say) that ended it; an error of another
+    kind in a child is raised once every child has ended. An interrupt kills every child."""
+    inst = validated(inst)
+    prepared = [_prepared(inst, m, None, kw) for m, kw in calls]
+    for (method, _), (_, _, opts) in zip(calls, prepared):
+        if getattr(opts, "backend", "local") == "mpi":
+            raise OptionError(f"method {method!r}: backend 'mpi' runs on the MPI ranks, not in "
+                              "a child process; solve it with `solve`")
+    problems = inst.feasibility_problems()
+    if problems:
+        return [_infeasible(m, problems) for m, _ in calls]
+    ended = run_together([partial(Isolated, spec.function(), inst, opts, label=spec.native)
+                          for _, spec, opts in prepared], at_once)
+    out: list[Results | SolverError] = []
+    for (method, _), (_, _, opts), call in zip(calls, prepared, ended):
+        try:
+            out.append(_completed(call.result(), inst, method, opts, call.seconds))
+        except SolverError as e:
+            out.append(e)
+    return out
+
+
+def _prepared(inst: Instance, method: str, options: Any, kw: dict[str, Any]):
+    """(validated instance, method spec, options object) of a solve; the option errors name
+    the method."""
     inst = validated(inst)
     spec = method_spec(method)
     cls = spec.options_class()
@@ -263,17 +309,19 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
                               f"{method!r} takes {cls.__name__}")
     except OptionError as e:
         raise type(e)(f"method {method!r}: {e}") from None
-    problems = inst.feasibility_problems()
-    if problems:
-        return Results(method=method, termination_condition=TerminationCondition.provenInfeasible,
-                       solution_status=SolutionStatus.noSolution, reasons=list(problems),
-                       info={"reasons": problems})
-    t0 = time.perf_counter()
-    if isolate and getattr(opts, "backend", "local") != "mpi":
-        res = call_isolated(spec.function(), inst, opts, label=spec.native)
-    else:
-        res = spec.function()(inst, opts)
-    res.wall_s = time.perf_counter() - t0
+    return inst, spec, opts
+
+
+def _infeasible(method: str, problems: list[str]) -> Results:
+    return Results(method=method, termination_condition=TerminationCondition.provenInfeasible,
+                   solution_status=SolutionStatus.noSolution, reasons=list(problems),
+                   info={"reasons": problems})
+
+
+def _completed(res: Results, inst: Instance, method: str, opts: Any, wall_s: float) -> Results:
+    """`res` with its wall time, and its solution stamped with the method, status, bound,
+    instance and weights."""
+    res.wall_s = wall_s
     if res.solution is not None:
         res.solution.method, res.solution.status = method, res.status
         res.solution.wall_s = res.wall_s

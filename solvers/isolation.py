@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import selectors
 import shutil
 import signal
 import struct
@@ -72,37 +73,123 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
 
     `label` names the solver in the crash message ("SCIP"), which also quotes the last reported
     progress. Raises :class:`NativeCrash` if the child dies without an outcome."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    scratch = tempfile.mkdtemp(prefix="cefl-opt-solver.")
-    read_fd, write_fd = os.pipe()
-    t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:                                   # the child: never returns
-        os.close(read_fd)
-        _child(fn, args, write_fd, scratch)
-    os.close(write_fd)
-    progress: dict[str, Any] = {}
-    outcome = None
+    return wait_all([Isolated(fn, *args, label=label)])[0].result()
+
+
+class Isolated:
+    """``fn(*args)`` started in a forked child (see :func:`call_isolated`); :func:`wait_all`
+    reads its messages, :meth:`result` gives its outcome. `seconds` is the child's wall time,
+    from the fork to the end of its messages."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, label: str):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.label, self.progress, self.outcome = label, {}, None
+        self.scratch = tempfile.mkdtemp(prefix="cefl-opt-solver.")
+        read_fd, write_fd = os.pipe()
+        self.t0, self.seconds, self.status = time.monotonic(), None, None
+        self.pid = os.fork()
+        if self.pid == 0:                          # the child: never returns
+            os.close(read_fd)
+            _child(fn, args, write_fd, scratch=self.scratch)
+        os.close(write_fd)
+        self.fd, self._buf = read_fd, bytearray()
+
+    @property
+    def done(self) -> bool:
+        return self.seconds is not None
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read(self) -> None:
+        """Read what the child sent (blocks until it sends something or closes its end); at
+        the end of its messages, reap it and remove its scratch folder."""
+        data = os.read(self.fd, 1 << 20)
+        self._buf += data
+        while len(self._buf) >= _HEADER.size:
+            (n,) = _HEADER.unpack_from(self._buf)
+            if len(self._buf) < _HEADER.size + n:
+                break
+            kind, value = pickle.loads(bytes(self._buf[_HEADER.size:_HEADER.size + n]))
+            del self._buf[:_HEADER.size + n]
+            if kind == "progress":
+                self.progress.update(value)
+            else:
+                self.outcome = (kind, value)
+        if not data:                               # the child closed the pipe
+            self.close()
+
+    def close(self) -> None:
+        """Reap the child, which has closed its end; remove its scratch folder."""
+        if self.done:
+            return
+        self.seconds = time.monotonic() - self.t0
+        os.close(self.fd)
+        try:
+            self.status = os.waitpid(self.pid, 0)[1]
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the child (a native solver may not answer SIGTERM in time) and reap it."""
+        if not self.done:
+            self.seconds = time.monotonic() - self.t0
+            os.close(self.fd)
+            _kill(self.pid)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def result(self) -> Any:
+        """The child's return value, or its exception re-raised; :class:`NativeCrash` if it
+        ended without an outcome."""
+        if self.outcome is None:
+            raise _crash(self.label, self.status, self.seconds, self.progress)
+        kind, value = self.outcome
+        if kind == "error":
+            raise value
+        return value
+
+
+def wait_all(calls: list[Isolated], on_done: Callable[[Isolated], None] | None = None
+             ) -> list[Isolated]:
+    """Read the messages of every call until each child has ended; `on_done(call)` as each
+    one ends (it may start more: :func:`run_isolated`). On an interrupt (Ctrl-C, SIGTERM) or
+    any other exception, every child still running is killed and the exception re-raised."""
+    pending = list(calls)
     try:
-        with os.fdopen(read_fd, "rb") as pipe:
-            for kind, value in _messages(pipe):
-                if kind == "progress":
-                    progress.update(value)
-                else:
-                    outcome = (kind, value)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
+        with selectors.DefaultSelector() as sel:
+            for c in pending:
+                sel.register(c, selectors.EVENT_READ)
+            while pending:
+                for key, _ in sel.select():
+                    call = key.fileobj
+                    call.read()
+                    if call.done:
+                        sel.unregister(call)
+                        pending.remove(call)
+                        for new in (on_done(call) if on_done else None) or ():
+                            sel.register(new, selectors.EVENT_READ)
+                            pending.append(new)
     finally:
-        if pid:                                    # interrupted or failed while waiting
-            _kill(pid)
-        shutil.rmtree(scratch, ignore_errors=True)
-    if outcome is None:
-        raise _crash(label, status, time.monotonic() - t0, progress)
-    kind, value = outcome
-    if kind == "error":
-        raise value
-    return value
+        for c in pending:
+            c.kill()
+    return calls
+
+
+def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Isolated]:
+    """Call each of `starts` (each starts an :class:`Isolated`) in order, with at most
+    `at_once` children running at a time; return the calls, all ended, in the same order."""
+    queue, calls = list(starts), []
+
+    def more(_ended: Isolated | None = None) -> list[Isolated]:
+        new = []
+        while queue and sum(not c.done for c in calls) < at_once:
+            calls.append(queue.pop(0)())
+            new.append(calls[-1])
+        return new
+
+    wait_all(more(), on_done=more)
+    return calls
 
 
 def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> None:
@@ -156,19 +243,6 @@ def _send(fd: int, message: tuple) -> None:
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _messages(pipe):
-    """The (kind, value) messages of the pipe until the child closes it."""
-    while True:
-        head = pipe.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            return
-        (n,) = _HEADER.unpack(head)
-        data = pipe.read(n)
-        if len(data) < n:
-            return                                 # the child died mid-message
-        yield pickle.loads(data)
 
 
 def _kill(pid: int) -> None:

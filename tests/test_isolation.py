@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from cefl_opt.solvers.base import SolverError
-from cefl_opt.solvers.isolation import NativeCrash, call_isolated, in_child, report_progress
+from cefl_opt.solvers.isolation import (Isolated, NativeCrash, call_isolated, in_child,
+                                        report_progress, run_together)
 
 
 def _gone(pid: int, wait: float = 10.0) -> bool:
@@ -135,6 +136,71 @@ def test_the_child_dies_with_its_parent(tmp_path):
         parent.kill()
         parent.wait()
     assert _gone(child)
+
+
+# ---------------------------------------------------------------------- several children
+def _meet(here: Path, there: Path, patience: float):
+    """Announce `here`, then wait up to `patience` s for `there`: it succeeds only if the
+    other child runs at the same time."""
+    here.touch()
+    end = time.monotonic() + patience
+    while not there.exists():
+        if time.monotonic() > end:
+            raise TimeoutError(f"{there.name} never came")
+        time.sleep(0.02)
+    return here.name
+
+
+def test_children_run_together_up_to_at_once_and_come_back_in_order(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ended = run_together([lambda: Isolated(_meet, a, b, 60.0, label="x"),
+                          lambda: Isolated(_meet, b, a, 60.0, label="x")], at_once=2)
+    assert [c.result() for c in ended] == ["a", "b"]
+    assert all(c.done and c.seconds > 0 for c in ended)
+
+
+def test_at_once_1_runs_one_child_at_a_time(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ended = run_together([lambda: Isolated(_meet, a, b, 1.0, label="x"),
+                          lambda: Isolated(_meet, b, a, 1.0, label="x")], at_once=1)
+    with pytest.raises(TimeoutError, match="b never came"):
+        ended[0].result()             # the second had not started
+    assert ended[1].result() == "b"   # the first had ended: its file was there
+
+
+def test_one_childs_crash_or_exception_leaves_the_others_results():
+    def fail():
+        raise ValueError("bad")
+    ended = run_together([lambda: Isolated(os.abort, label="SCIP"),
+                          lambda: Isolated(lambda: 7, label="x"),
+                          lambda: Isolated(fail, label="x"),
+                          lambda: Isolated(lambda: 8, label="x")], at_once=2)
+    with pytest.raises(NativeCrash, match="SCIP aborted"):
+        ended[0].result()
+    with pytest.raises(ValueError, match="bad"):
+        ended[2].result()
+    assert ended[1].result() == 7 and ended[3].result() == 8
+
+
+def test_an_interrupt_kills_every_child_running_together(tmp_path):
+    def sleeper(name):
+        (tmp_path / name).write_text(str(os.getpid()))
+        time.sleep(60)
+
+    def ring(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.5)
+        with pytest.raises(KeyboardInterrupt):
+            run_together([lambda: Isolated(sleeper, "p1", label="x"),
+                          lambda: Isolated(sleeper, "p2", label="x"),
+                          lambda: Isolated(sleeper, "p3", label="x")], at_once=2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p1", "p2"]   # the third never began
+    assert all(_gone(int((tmp_path / n).read_text()), wait=1.0) for n in ("p1", "p2"))
 
 
 # ---------------------------------------------------------------------- the command line

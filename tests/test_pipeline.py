@@ -186,9 +186,9 @@ def test_a_method_whose_native_solver_crashes_is_reported_and_the_run_goes_on(tm
 
 
 def test_the_report_gives_the_gap_to_a_proven_bound(tmp_path, monkeypatch):
-    """decomposed-bound runs last with the run's best answer as incumbent; its bound is at
-    most every method's objective and the exhaustive optimum (tiny), and the report gives each
-    method's gap to it."""
+    """decomposed-bound runs after ipopt-enum, beside the baselines, with the best answer
+    before it as incumbent; its bound is at most every method's objective and the exhaustive
+    optimum (tiny), and the report gives each method's gap to it."""
     from cefl_opt import pipeline
     from cefl_opt.generator import make_instance
     from cefl_opt.solvers.centralized import exhaustive
@@ -207,3 +207,18 @@ def test_the_report_gives_the_gap_to_a_proven_bound(tmp_path, monkeypatch):
     assert f"Best proven lower bound: {bound:.7g} (`decomposed-bound`)" in report
     row = next(ln for ln in report.splitlines() if ln.startswith("| ipopt-enum"))
     assert f"{100 * df.loc['ipopt-enum', 'gap_to_bound']:.2f} |" in row
+
+
+@pytest.mark.parametrize("meths,stages", [
+    (["decentralized", "decentralized-polish", "ipopt-enum", "greedy-rate", "greedy-data",
+      "fixed", "no-offload", "decomposed-bound"],
+     [["decentralized", "decentralized-polish"], ["ipopt-enum"],
+      ["decomposed-bound", "greedy-rate", "greedy-data", "fixed", "no-offload"]]),
+    (["decomposed-bound", "fixed", "decentralized"],
+     [["decentralized"], ["decomposed-bound", "fixed"]]),
+    (["ipopt-enum"], [["ipopt-enum"]]),
+    (["fixed", "greedy-rate"], [["fixed", "greedy-rate"]]),
+])
+def test_the_run_solves_ipopt_enums_seeds_first_then_it_alone_then_the_rest(meths, stages):
+    from cefl_opt.pipeline import solve_stages
+    assert solve_stages(meths) == stages
