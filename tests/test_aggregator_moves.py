@@ -521,6 +521,7 @@ _BIN = Path(sys.executable).parent
 
 @pytest.mark.skipif(not (_BIN / "mpiexec").exists(), reason="mpiexec not in the venv")
 @pytest.mark.xdist_group("mpi")      # the mpiexec launches run on one xdist worker
+@pytest.mark.slow
 def test_screen_and_group_moves_over_mpi_equal_one_process(tmp_path):
     """Four DCs, a screen of 1 (the estimates' collectives, a batch of two rounds' moves), the
     exact moves' prefilter and the group moves of `_refine` (3 outer iterations per phase),

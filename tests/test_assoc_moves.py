@@ -235,7 +235,8 @@ def test_exact_moves_lower_P_and_end_where_no_flagged_trial_does(preset, seed, T
 
 
 
-@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2), ("paper", 5, 2)])
+@pytest.mark.parametrize("preset,seed,T", [("small", 3, 2),
+                                           pytest.param("paper", 5, 2, marks=pytest.mark.slow)])
 def test_an_exact_trial_from_the_current_rows_equals_one_evaluated_at_the_moved_point(
         preset, seed, T):
     """An exact trial (`_trial_point`, `_exact_value`) takes the rows at the moved point from the current point's linearisation

@@ -81,8 +81,11 @@ def test_round_instance_is_that_round():
 
 
 @pytest.mark.xdist_group("enumerated-tiny")
-# the cut run takes its 40 s: seed 1 slow (seed 0 checks the same in the default suite)
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+# the cut run takes its 40 s: slow (the default suite's checks of the bound against the
+# enumerated optimum: test_the_bound_with_levels_is_below_the_enumerated_optimum, and the main
+# job's test_the_report_gives_the_gap_to_a_proven_bound)
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
 def test_decomposed_bound_is_below_the_enumerated_optimum(seed, enumerated):
     inst, (best, _sol, _count) = enumerated("tiny", seed=seed)
     free = decomposed_bound(inst, 2)   # runs to its limit; only the cut's bound is judged
@@ -183,6 +186,7 @@ def test_scip_with_a_cutoff_above_the_optimum_bounds_and_finds_it(enumerated):
 
 
 @pytest.mark.xdist_group("enumerated-tiny")
+@pytest.mark.slow
 def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it(enumerated, monkeypatch):
     from cefl_opt.solvers import bound
     monkeypatch.setattr(bound, "INCUMBENT_SHARE", 0.9)   # decentralized's time, under load
@@ -199,7 +203,7 @@ def test_the_method_reports_decentralizeds_answer_and_a_bound_below_it(enumerate
 
 def test_the_method_with_an_incumbent_reports_a_bound_only():
     inst = make_instance("tiny", seed=1)
-    res = solve(inst, "decomposed-bound", time_limit=10, incumbent=5.0)
+    res = solve(inst, "decomposed-bound", time_limit=3, incumbent=5.0)   # valid at any limit
     assert res.solution is None and res.solution_status == SolutionStatus.noSolution
     assert res.bound is not None and res.bound <= 5.0 and res.info["incumbent"] == 5.0
 

@@ -258,7 +258,7 @@ def test_the_consensus_dual_at_any_multipliers_lies_below_the_partition(monkeypa
 @pytest.mark.xdist_group("enumerated-tiny")
 def test_the_consensus_dual_lies_below_every_feasible_point(enumerated):
     inst, (best, sol, _count) = enumerated("tiny", seed=0)
-    db = bd.decomposed_bound(inst, 10, incumbent=best, m_levels=1)
+    db = bd.decomposed_bound(inst, 4, incumbent=best, m_levels=1)   # valid at any limit
     points = [sol] + [solve(inst, "fixed", aggregator=k).solution for k in range(inst.S)]
     objs = [system.evaluate(inst, p).objective for p in points]
     rng = np.random.default_rng(21)

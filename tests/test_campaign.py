@@ -144,6 +144,7 @@ def cheap():
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow
 def test_campaign_default(cheap):
     """A few small drawn instances (fixed hypothesis seed), every cheap method: no invariant
     breaks (about a minute)."""

@@ -25,7 +25,9 @@ def _hook():
     return mod
 
 
-@pytest.fixture(scope="module")
+# session scope: built once; module scope would rebuild it whenever the worker that runs these
+# tests (one, `SHARED_FIXTURES`) runs another module's tests between them
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",

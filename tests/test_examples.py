@@ -51,6 +51,7 @@ def test_the_cli_commands_quoted_in_the_examples_parse():
         assert callable(args.func), ln
 
 
+@pytest.mark.slow
 def test_model_builder(tmp_path):
     out = run_example("model_builder.py", tmp_path)
     for blk in ("ue[0]", "bs[0]", "dc[1]"):
@@ -68,6 +69,7 @@ def test_model_builder(tmp_path):
     assert "model_builder: done" in out
 
 
+@pytest.mark.slow
 def test_benchmark_suite(tmp_path):
     out = run_example("benchmark_suite.py", tmp_path)
     assert "running: python -m benchmarks.exp4_xi1" in out
@@ -79,6 +81,7 @@ def test_benchmark_suite(tmp_path):
     assert f"read {tmp_path / 'exp4_xi1.csv'}: 2 rows" in out
 
 
+@pytest.mark.slow
 def test_centralised_vs_decentralised(tmp_path):
     out = run_example("centralised_vs_decentralised.py", tmp_path)
     for m in ("ipopt-enum", "scip", "decentralized", "centralized-pd"):
@@ -97,6 +100,7 @@ def test_centralised_vs_decentralised(tmp_path):
     assert (tmp_path / "centralised_vs_decentralised.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_train_cefl_vs_fednova(tmp_path):
     out = run_example("train_cefl_vs_fednova.py", tmp_path, "--rounds", "2")
     assert "method=decentralized " in out
@@ -108,6 +112,7 @@ def test_train_cefl_vs_fednova(tmp_path):
     assert (tmp_path / "train_cefl_vs_fednova.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_plot_orchestration(tmp_path):
     out = run_example("plot_orchestration.py", tmp_path)
     for m in ("decentralized", "ipopt-enum"):

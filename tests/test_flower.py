@@ -376,6 +376,7 @@ def test_cli_supernode_failure_is_exit_4_and_writes_nothing(files, monkeypatch, 
     assert "--flower-cpus: must be an integer >= 1, got '0'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_simulation_engine_equals_local_engine(files, net, digits, monkeypatch, capsys):
     """`cefl-opt train --engine flower` in Flower's simulation engine (Ray, one SuperNode per
     DPU, 2 CPUs): after each of 3 rounds the global model equals the in-process trainer's

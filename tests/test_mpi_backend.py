@@ -171,6 +171,7 @@ def test_bench_scale_generation_only(tmp_path):
     assert (tmp_path / "scale.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_bench_scale_passes_constants_to_the_decentralised_runs(tmp_path):
     """`--set KEY=VALUE` reaches every `decentralized` run (the search off: no aggregator
     trial, no refinement round, one candidate) and is recorded; a constant the solver refuses
@@ -254,6 +255,7 @@ def test_bench_scale_refuses_an_unknown_measure(capsys):
 
 @needs_mpiexec
 @one_launch_at_a_time
+@pytest.mark.slow
 def test_exchanges_between_two_ranks_are_counted_and_batched():
     """tests/mpi/exchange_check.py: a broadcast / reduce / max is one exchange between two
     ranks with the bytes counted from the plan; an inner solve of `it` iterations costs

@@ -35,6 +35,7 @@ def _solve(prefix, net: Path, out: Path, backend: str, cwd: Path):
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_host_file_run_equals_one_process(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

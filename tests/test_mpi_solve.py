@@ -60,7 +60,8 @@ def _values(sol_json):
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 3])
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.slow       # one process against MPI bit for bit: test_full_mpi_run_equals_local_bit_for_bit
 def test_mpi_solve_equals_local_backend(tiny, ranks):
     """2 or 3 ranks against one process on tiny, every decision to 1e-6. On 2 ranks a slow
     test: `test_full_mpi_run_equals_local_bit_for_bit` compares a whole 2-rank run bit for bit."""
@@ -228,8 +229,9 @@ def _hydra_files() -> set[str]:
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "cefl-opt: interrupted"),
-                                           ("SIGTERM", 143, "cefl-opt: terminated")])
+@pytest.mark.parametrize("sig,code,line", [
+    pytest.param("SIGINT", 130, "cefl-opt: interrupted", marks=pytest.mark.slow),
+    ("SIGTERM", 143, "cefl-opt: terminated")])
 def test_a_signal_ends_every_rank_and_leaves_nothing(tmp_path, paper_net, sig, code, line):
     """Ctrl-C at a terminal (SIGINT to the launch's process group) or SIGTERM to `mpiexec`
     (which forwards it) during a 2-rank solve: mpiexec exits with the CLI's code, each rank
