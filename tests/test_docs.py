@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import html
 import importlib.util
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -25,15 +28,24 @@ def _hook():
     return mod
 
 
-# session scope: built once; module scope would rebuild it whenever the worker that runs these
-# tests (one, `SHARED_FIXTURES`) runs another module's tests between them
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def site(tmp_path_factory, worker_id) -> Path:
+    """The site built once per test session: the xdist workers share one build (the first to
+    take the lock builds it into a folder of its own and renames it into place; the others wait
+    and read it)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent   # this session's, all workers'
+    out = shared / "docs-site"
+    with open(shared / "docs-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():
+            part = Path(tempfile.mkdtemp(prefix="docs-site.", dir=shared))
+            proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                                   "--site-dir", str(part)], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=600,
+                                  env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            part.rename(out)
     return out
 
 
