@@ -88,7 +88,13 @@ class Isolated:
         self.scratch = tempfile.mkdtemp(prefix="cefl-opt-solver.")
         read_fd, write_fd = os.pipe()
         self.t0, self.seconds, self.status = time.monotonic(), None, None
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
         if self.pid == 0:                          # the child: never returns
             os.close(read_fd)
             _child(fn, args, write_fd, scratch=self.scratch)
@@ -150,11 +156,12 @@ class Isolated:
         return value
 
 
-def wait_all(calls: list[Isolated], on_done: Callable[[Isolated], None] | None = None
-             ) -> list[Isolated]:
-    """Read the messages of every call until each child has ended; `on_done(call)` as each
-    one ends (it may start more: :func:`run_isolated`). On an interrupt (Ctrl-C, SIGTERM) or
-    any other exception, every child still running is killed and the exception re-raised."""
+def wait_all(calls: list[Isolated],
+             on_done: Callable[[Isolated], list[Isolated]] | None = None) -> list[Isolated]:
+    """Read the messages of every call until each child has ended; `on_done(call)`, called as
+    each one ends, returns the calls it started (:func:`run_together`), read as well. On an
+    interrupt (Ctrl-C, SIGTERM) or any other exception, every child still running is killed
+    and the exception re-raised."""
     pending = list(calls)
     try:
         with selectors.DefaultSelector() as sel:
@@ -188,7 +195,11 @@ def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Iso
             new.append(calls[-1])
         return new
 
-    wait_all(more(), on_done=more)
+    try:
+        wait_all(more(), on_done=more)
+    finally:                  # a start that failed: the children it had started before it
+        for c in calls:
+            c.kill()
     return calls
 
 

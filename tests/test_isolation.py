@@ -203,6 +203,25 @@ def test_an_interrupt_kills_every_child_running_together(tmp_path):
     assert all(_gone(int((tmp_path / n).read_text()), wait=1.0) for n in ("p1", "p2"))
 
 
+def test_a_start_that_fails_kills_the_children_started_before_it(tmp_path, monkeypatch):
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real, forks = os.fork, []
+
+    def fork():
+        if forks:
+            raise OSError(11, "Resource temporarily unavailable")
+        forks.append(real())
+        return forks[-1]
+
+    monkeypatch.setattr(os, "fork", fork)
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        run_together([lambda: Isolated(time.sleep, 60, label="x"),
+                      lambda: Isolated(time.sleep, 60, label="x")], at_once=2)
+    assert _gone(forks[0], wait=1.0)
+    assert list(tmp_path.iterdir()) == []          # neither scratch folder is left
+
+
 # ---------------------------------------------------------------------- the command line
 # Each script patches a native call so that it aborts the process from inside the solver, then
 # runs the CLI; the fork makes the child inherit the patch.
