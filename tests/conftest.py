@@ -169,7 +169,11 @@ SHARED_FIXTURES = ("site", "tiny_run", "tiny_pair", "tiny_screened", "two_points
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Group the users of a shared fixture, then run the grouped tests first (in collection
+    order otherwise): a group runs on one worker from start to end, so a long group started
+    last leaves the other workers idle while it ends."""
     for item in items:
         used = [f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())]
         if used and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}::{used[0]}"))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)

@@ -103,17 +103,23 @@ def test_an_interrupt_while_waiting_kills_the_child(tmp_path):
         pidfile.write_text(str(os.getpid()))
         time.sleep(60)
 
+    _interrupted_after(1.0, lambda: call_isolated(sleeper, label="x"))
+    assert _gone(int(pidfile.read_text()), wait=1.0)
+
+
+def _interrupted_after(seconds: float, call) -> None:
+    """`call()` interrupted by a KeyboardInterrupt raised in this process after `seconds`
+    (SIGALRM, as Ctrl-C would): it must end by raising it."""
     def ring(signum, frame):
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGALRM, ring)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         with pytest.raises(KeyboardInterrupt):
-            call_isolated(sleeper, label="x")
+            call()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert _gone(int(pidfile.read_text()), wait=1.0)
 
 
 def test_the_child_dies_with_its_parent(tmp_path):
@@ -187,18 +193,9 @@ def test_an_interrupt_kills_every_child_running_together(tmp_path):
         (tmp_path / name).write_text(str(os.getpid()))
         time.sleep(60)
 
-    def ring(signum, frame):
-        raise KeyboardInterrupt
-    old = signal.signal(signal.SIGALRM, ring)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 1.5)
-        with pytest.raises(KeyboardInterrupt):
-            run_together([lambda: Isolated(sleeper, "p1", label="x"),
-                          lambda: Isolated(sleeper, "p2", label="x"),
-                          lambda: Isolated(sleeper, "p3", label="x")], at_once=2)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    _interrupted_after(1.5, lambda: run_together(
+        [lambda: Isolated(sleeper, "p1", label="x"), lambda: Isolated(sleeper, "p2", label="x"),
+         lambda: Isolated(sleeper, "p3", label="x")], at_once=2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p1", "p2"]   # the third never began
     assert all(_gone(int((tmp_path / n).read_text()), wait=1.0) for n in ("p1", "p2"))
 
