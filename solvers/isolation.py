@@ -21,6 +21,7 @@ Library, say) go to a folder of its own, which the parent removes however the ch
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -30,6 +31,7 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable
 
@@ -73,7 +75,7 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
 
     `label` names the solver in the crash message ("SCIP"), which also quotes the last reported
     progress. Raises :class:`NativeCrash` if the child dies without an outcome."""
-    return wait_all([Isolated(fn, *args, label=label)])[0].result()
+    return run_together([lambda: Isolated(fn, *args, label=label)], at_once=1)[0].result()
 
 
 class Isolated:
@@ -93,7 +95,7 @@ class Isolated:
         except BaseException:
             os.close(read_fd)
             os.close(write_fd)
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove(self.scratch)
             raise
         if self.pid == 0:                          # the child: never returns
             os.close(read_fd)
@@ -135,7 +137,7 @@ class Isolated:
         try:
             self.status = os.waitpid(self.pid, 0)[1]
         finally:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove(self.scratch)
 
     def kill(self) -> None:
         """SIGKILL the child (a native solver may not answer SIGTERM in time) and reap it."""
@@ -143,7 +145,7 @@ class Isolated:
             self.seconds = time.monotonic() - self.t0
             os.close(self.fd)
             _kill(self.pid)
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove(self.scratch)
 
     def result(self) -> Any:
         """The child's return value, or its exception re-raised; :class:`NativeCrash` if it
@@ -191,7 +193,8 @@ def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Iso
     def more(_ended: Isolated | None = None) -> list[Isolated]:
         new = []
         while queue and sum(not c.done for c in calls) < at_once:
-            calls.append(queue.pop(0)())
+            with _signals_held():      # a started child is in `calls` before a signal acts
+                calls.append(queue.pop(0)())
             new.append(calls[-1])
         return new
 
@@ -201,6 +204,41 @@ def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Iso
         for c in calls:
             c.kill()
     return calls
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM that arrive inside act at its end: their handlers are called then
+    (Python's default for SIGINT raises KeyboardInterrupt; SIG_DFL ends the process as the
+    signal would have; SIG_IGN drops it). Outside the main thread, where handlers cannot be
+    set, nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.signal(s, lambda n, _f: got.append(n)) for s in held}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for n in got[:1]:
+            h = old[n]
+            if callable(h):
+                h(n, None)
+            elif h != signal.SIG_IGN:
+                signal.raise_signal(n)
+
+
+def _remove(scratch: str) -> None:
+    """Remove a child's scratch folder, again while something still writes into it (the
+    child's own children, which die with it a moment after it): up to 2 s."""
+    for _ in range(100):
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not os.path.exists(scratch):
+            return
+        time.sleep(0.02)
 
 
 def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> None:

@@ -219,6 +219,48 @@ def test_a_start_that_fails_kills_the_children_started_before_it(tmp_path, monke
     assert list(tmp_path.iterdir()) == []          # neither scratch folder is left
 
 
+def test_a_signal_while_a_child_starts_acts_once_it_is_registered(tmp_path, monkeypatch):
+    """Ctrl-C right after the fork (before the parent holds the child's pipe) is acted on once
+    the child is registered, so the child is killed and its scratch folder removed."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real, forks = os.fork, []
+
+    def fork():
+        pid = real()
+        if pid:                       # the parent, just after the fork
+            forks.append(pid)
+            os.kill(os.getpid(), signal.SIGINT)
+        return pid
+    monkeypatch.setattr(os, "fork", fork)
+    with pytest.raises(KeyboardInterrupt):
+        call_isolated(time.sleep, 60, label="x")
+    assert _gone(forks[0], wait=1.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_held_sigterm_acts_as_its_handler_says(monkeypatch):
+    from cefl_opt.solvers import isolation
+
+    class Terminated(Exception):
+        pass
+
+    def handler(n, f):
+        raise Terminated
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(Terminated):
+            with isolation._signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done = True                # the block runs to its end first
+        assert done and signal.getsignal(signal.SIGTERM) is handler
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with isolation._signals_held():    # an ignored signal stays ignored
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 # ---------------------------------------------------------------------- the command line
 # Each script patches a native call so that it aborts the process from inside the solver, then
 # runs the CLI; the fork makes the child inherit the patch.
