@@ -251,7 +251,8 @@ def solve(inst: Instance, method: str, options: Any = None, *, isolate: bool = F
         >>> res.status, round(res.objective, 3)
         ('locally_optimal', 2.287)
     """
-    inst, spec, opts = _prepared(inst, method, options, kw)
+    inst = validated(inst)
+    spec, opts = _prepared(method, options, kw)
     problems = inst.feasibility_problems()
     if problems:
         return _infeasible(method, problems)
@@ -274,8 +275,8 @@ def solve_together(inst: Instance, calls: list[tuple[str, dict[str, Any]]], *,
     wall time, or the `SolverError` (a `NativeCrash`, say) that ended it; an error of another
     kind in a child is raised once every child has ended. An interrupt kills every child."""
     inst = validated(inst)
-    prepared = [_prepared(inst, m, None, kw) for m, kw in calls]
-    for (method, _), (_, _, opts) in zip(calls, prepared):
+    prepared = [_prepared(m, None, kw) for m, kw in calls]
+    for (method, _), (_, opts) in zip(calls, prepared):
         if getattr(opts, "backend", "local") == "mpi":
             raise OptionError(f"method {method!r}: backend 'mpi' runs on the MPI ranks, not in "
                               "a child process; solve it with `solve`")
@@ -283,9 +284,9 @@ def solve_together(inst: Instance, calls: list[tuple[str, dict[str, Any]]], *,
     if problems:
         return [_infeasible(m, problems) for m, _ in calls]
     ended = run_together([partial(Isolated, spec.function(), inst, opts, label=spec.native)
-                          for _, spec, opts in prepared], at_once)
+                          for spec, opts in prepared], at_once)
     out: list[Results | SolverError] = []
-    for (method, _), (_, _, opts), call in zip(calls, prepared, ended):
+    for (method, _), (_, opts), call in zip(calls, prepared, ended):
         try:
             out.append(_completed(call.result(), inst, method, opts, call.seconds))
         except SolverError as e:
@@ -293,10 +294,8 @@ def solve_together(inst: Instance, calls: list[tuple[str, dict[str, Any]]], *,
     return out
 
 
-def _prepared(inst: Instance, method: str, options: Any, kw: dict[str, Any]):
-    """(validated instance, method spec, options object) of a solve; the option errors name
-    the method."""
-    inst = validated(inst)
+def _prepared(method: str, options: Any, kw: dict[str, Any]):
+    """(method spec, options object) of a solve; the option errors name the method."""
     spec = method_spec(method)
     cls = spec.options_class()
     try:
@@ -309,7 +308,7 @@ def _prepared(inst: Instance, method: str, options: Any, kw: dict[str, Any]):
                               f"{method!r} takes {cls.__name__}")
     except OptionError as e:
         raise type(e)(f"method {method!r}: {e}") from None
-    return inst, spec, opts
+    return spec, opts
 
 
 def _infeasible(method: str, problems: list[str]) -> Results:

@@ -79,7 +79,7 @@ def call_isolated(fn: Callable[..., Any], *args: Any, label: str) -> Any:
 
 
 class Isolated:
-    """``fn(*args)`` started in a forked child (see :func:`call_isolated`); :func:`wait_all`
+    """``fn(*args)`` started in a forked child (see :func:`call_isolated`); :func:`run_together`
     reads its messages, :meth:`result` gives its outcome. `seconds` is the child's wall time,
     from the fork to the end of its messages."""
 
@@ -129,7 +129,7 @@ class Isolated:
             self.close()
 
     def close(self) -> None:
-        """Reap the child, which has closed its end; remove its scratch folder."""
+        """Reap the child (it has closed its end, or been killed); remove its scratch folder."""
         if self.done:
             return
         self.seconds = time.monotonic() - self.t0
@@ -140,12 +140,12 @@ class Isolated:
             _remove(self.scratch)
 
     def kill(self) -> None:
-        """SIGKILL the child (a native solver may not answer SIGTERM in time) and reap it."""
+        """SIGKILL the child (a native solver may not answer SIGTERM in time), then `close`;
+        nothing once it has ended."""
         if not self.done:
-            self.seconds = time.monotonic() - self.t0
-            os.close(self.fd)
-            _kill(self.pid)
-            _remove(self.scratch)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.close()
 
     def result(self) -> Any:
         """The child's return value, or its exception re-raised; :class:`NativeCrash` if it
@@ -158,49 +158,25 @@ class Isolated:
         return value
 
 
-def wait_all(calls: list[Isolated],
-             on_done: Callable[[Isolated], list[Isolated]] | None = None) -> list[Isolated]:
-    """Read the messages of every call until each child has ended; `on_done(call)`, called as
-    each one ends, returns the calls it started (:func:`run_together`), read as well. On an
-    interrupt (Ctrl-C, SIGTERM) or any other exception, every child still running is killed
-    and the exception re-raised."""
-    pending = list(calls)
-    try:
-        with selectors.DefaultSelector() as sel:
-            for c in pending:
-                sel.register(c, selectors.EVENT_READ)
-            while pending:
-                for key, _ in sel.select():
-                    call = key.fileobj
-                    call.read()
-                    if call.done:
-                        sel.unregister(call)
-                        pending.remove(call)
-                        for new in (on_done(call) if on_done else None) or ():
-                            sel.register(new, selectors.EVENT_READ)
-                            pending.append(new)
-    finally:
-        for c in pending:
-            c.kill()
-    return calls
-
-
 def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Isolated]:
     """Call each of `starts` (each starts an :class:`Isolated`) in order, with at most
-    `at_once` children running at a time; return the calls, all ended, in the same order."""
+    `at_once` children running at a time, and read every child's messages (one `selectors`
+    loop) until each has ended; return the calls in the same order. On an interrupt (Ctrl-C,
+    SIGTERM), a start that fails or any other exception, every child still running is killed
+    and the exception re-raised."""
     queue, calls = list(starts), []
-
-    def more(_ended: Isolated | None = None) -> list[Isolated]:
-        new = []
-        while queue and sum(not c.done for c in calls) < at_once:
-            with _signals_held():      # a started child is in `calls` before a signal acts
-                calls.append(queue.pop(0)())
-            new.append(calls[-1])
-        return new
-
     try:
-        wait_all(more(), on_done=more)
-    finally:                  # a start that failed: the children it had started before it
+        with selectors.DefaultSelector() as sel:
+            while queue or sel.get_map():
+                while queue and len(sel.get_map()) < at_once:
+                    with _signals_held():  # a started child is in `calls` before a signal acts
+                        calls.append(queue.pop(0)())
+                    sel.register(calls[-1], selectors.EVENT_READ)
+                for key, _ in sel.select():
+                    key.fileobj.read()
+                    if key.fileobj.done:
+                        sel.unregister(key.fileobj)
+    finally:
         for c in calls:
             c.kill()
     return calls
@@ -292,15 +268,6 @@ def _send(fd: int, message: tuple) -> None:
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _kill(pid: int) -> None:
-    """SIGKILL the child and reap it (a native solver may not answer SIGTERM in time)."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
 
 
 def _crash(label: str, status: int, seconds: float, progress: dict[str, Any]) -> NativeCrash:
