@@ -49,10 +49,11 @@ Generic forms apply the maps and call `reduce` / `broadcast`.
 
 `LocalComm` (all nodes in one process) overrides the collectives with vectorised numpy
 (gather / one sparse product over the entries: the same sums; `broadcast_product` and
-`broadcast_sum` compose their maps with the plan once per surrogate, `reduce_product` sums the
-entries with several terms, then each quantity's entries in entry order, by two products) and
-charges the messages the generic rounds would send (tallied per kind, added at `snapshot`). It
-is checked against the generic rounds in `tests/test_dec_comm.py`.
+`broadcast_sum` compose their maps with the plan once per surrogate, and the inner loop's two,
+`reduce_product` and `broadcast_sum`, add in compiled passes (`compiled_sums`) in the order of
+the products they stand for) and charges the messages the generic rounds would send (tallied
+per kind, added at `snapshot`). It is checked against the generic rounds in
+`tests/test_dec_comm.py`.
 
 Accounting (`Comm.counter`)
 ---------------------------
@@ -68,6 +69,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+
+from . import compiled_sums
 
 __all__ = ["DisconnectedGraphError", "RelayPlan", "build_plan", "Comm", "LocalComm",
            "cached_on_plan", "graph_adjacency", "summer"]
@@ -529,16 +532,24 @@ class LocalComm(Comm):
     def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
                        ) -> np.ndarray:
         """The same sums as `Comm.reduce_product` (each entry's value as ``S @ x`` adds it,
-        then the root adds its entries in entry order), in two products built once per set of
-        maps (`_entry_sums`): the entries with several terms summed, then per quantity one
-        row over its entries' values. Not composed into one product, which would add in
-        another order."""
-        xv = np.asarray(x, float)
+        then the root adds its entries in entry order), per map in one compiled pass
+        (`compiled_sums.entry_sums`; two maps of one pattern in one pass) over the entries of
+        each quantity, listed once per set of maps (`_entry_lists`)."""
+        xv = np.ascontiguousarray(x, dtype=float)
         m = len(maps)
         self._charge_width(plan.up_msgs, plan.up_bytes, m)
-        P, F = cached_on_plan(plan, ("product",), tuple(maps),
-                              lambda: _entry_sums(plan, maps))
-        return (F @ np.concatenate([xv, P @ xv])).reshape(m, plan.n_quantities).T
+        lists = cached_on_plan(plan, ("product",), tuple(maps),
+                               lambda: _entry_lists(plan, maps))
+        out = np.empty((m, plan.n_quantities))
+        row = 0
+        for qptr, ents, indptr, indices, datas in lists:
+            if len(datas) == 2:
+                compiled_sums.entry_sums_pair(qptr, ents, indptr, indices, datas[0], datas[1],
+                                              xv, out[row], out[row + 1])
+            else:
+                compiled_sums.entry_sums(qptr, ents, indptr, indices, datas[0], xv, out[row])
+            row += len(datas)
+        return out.T
 
     def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
                        ) -> np.ndarray:
@@ -563,50 +574,41 @@ class LocalComm(Comm):
     def broadcast_sum(self, plan: RelayPlan, root_values: np.ndarray,
                       maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> np.ndarray:
         """`Comm.broadcast_sum` with the maps composed with the plan (columns: quantities):
-        the same products in the same order, on the root values' powers stacked."""
-        rv = np.asarray(root_values, float)
+        the sums of ``hstack(maps) @ concatenate(root values' powers)``, one running sum per
+        row through the maps in turn (`compiled_sums.accumulate_rows`)."""
+        rv = np.ascontiguousarray(root_values, dtype=float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
-        M = cached_on_plan(plan, ("at_root_sum",), tuple(maps), lambda: sp.hstack(
-            [_at_root(plan, S) for S in maps], format="csr"))
-        return M @ np.concatenate([rv if p == 1 else rv ** p for p in powers])
+        blocks = cached_on_plan(plan, ("at_root_sum",), tuple(maps),
+                                lambda: [_at_root_rows(plan, S) for S in maps])
+        out = np.zeros(len(blocks[0][0]) - 1)
+        for (indptr, indices, data), p in zip(blocks, powers):
+            x, square = (rv, p == 2) if p in (1, 2) else (rv ** p, False)
+            compiled_sums.accumulate_rows(indptr, indices, data, x, square, out)
+        return out
 
     def _charge(self, msgs: np.ndarray, nbytes: np.ndarray, arr: np.ndarray) -> None:
         self._charge_width(msgs, nbytes, int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1)
 
 
-def _entry_sums(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> tuple[sp.csr_matrix,
-                                                                         sp.csr_matrix]:
-    """(P, F) with ``F @ [x, P @ x]`` equal bit for bit to ``summer() @ (S @ x)`` per map S
-    (columns: the maps' quantities side by side). P's rows: the entries with two or more
-    terms (each summed as ``S @ x`` sums it). F's row per (map, quantity): its entries in
-    entry order, an empty entry left out (it adds +0.0), a one-term entry as that term
-    (0.0 + t == t), a longer one as 1.0 x its sum in P."""
-    nx = maps[0].shape[1]
-    order = plan.summer().indices    # entries by quantity, in entry order: the sum's own order
-    parts, rows, cols, vals = [], [], [], []
-    off = nx
-    for j, S in enumerate(maps):
-        S = sp.csr_matrix(S)
-        cnt = np.diff(S.indptr)
-        multi = np.flatnonzero(cnt > 1)
-        parts.append(S[multi])
-        at = np.zeros(len(cnt), dtype=np.int64)
-        at[multi] = off + np.arange(len(multi))
-        ents = order[cnt[order] > 0]
-        one = cnt[ents] == 1
-        c, v = at[ents], np.ones(len(ents))
-        c[one] = S.indices[S.indptr[ents[one]]]
-        v[one] = S.data[S.indptr[ents[one]]]
-        rows.append(plan.entry_q[ents] + j * plan.n_quantities)
-        cols.append(c)
-        vals.append(v)
-        off += len(multi)
-    r = np.concatenate(rows)
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(maps)
-                                                        * plan.n_quantities))])
-    F = sp.csr_matrix((np.concatenate(vals), np.concatenate(cols), indptr),
-                      shape=(len(maps) * plan.n_quantities, off))
-    return sp.vstack(parts, format="csr"), F
+def _entry_lists(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> list[tuple]:
+    """What `compiled_sums.entry_sums` reads, per map S (rows: entries), or once for two maps
+    of one pattern: (qptr, ents, S's pattern, [S's values, ...]), ents the entries with terms
+    grouped by quantity in entry order (the order of `plan.summer()`, the root's own sum),
+    qptr where each quantity's start."""
+    order = plan.summer().indices
+    mats = [sp.csr_matrix(S) for S in maps]
+    shared = len(mats) == 2 and all(np.array_equal(getattr(mats[0], f), getattr(mats[1], f))
+                                    for f in ("indptr", "indices"))
+    out = []
+    for group in ([mats] if shared else [[S] for S in mats]):
+        S = group[0]
+        ents = order[np.diff(S.indptr)[order] > 0]
+        qptr = np.concatenate([[0], np.cumsum(np.bincount(plan.entry_q[ents],
+                                                          minlength=plan.n_quantities))])
+        indptr, indices = compiled_sums.unsigned_csr(S.indptr, S.indices)
+        out.append((qptr.astype(np.uint64), ents.astype(np.uint32), indptr, indices,
+                    [np.ascontiguousarray(A.data, dtype=float) for A in group]))
+    return out
 
 
 def cached_on_plan(plan: RelayPlan, key: tuple, owner: Any, make: Callable[[], Any]
@@ -636,6 +638,14 @@ def _at_root(plan: RelayPlan, S: sp.spmatrix) -> sp.csr_matrix:
     S = sp.csr_matrix(S)
     return sp.csr_matrix((S.data, plan.entry_q[S.indices], S.indptr),
                          shape=(S.shape[0], plan.n_quantities))
+
+
+def _at_root_rows(plan: RelayPlan, S: sp.spmatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_at_root(plan, S)` as `compiled_sums.accumulate_rows` reads it: (row pointers,
+    quantity per nonzero, values), each row in S's stored order."""
+    M = _at_root(plan, S)
+    indptr, indices = compiled_sums.unsigned_csr(M.indptr, M.indices)
+    return indptr, indices, np.ascontiguousarray(M.data, dtype=float)
 
 
 def _edge_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[list[tuple[int, int]], list[np.ndarray]]:

@@ -801,7 +801,7 @@ def _consecutive(slices: list) -> bool:
 def _interleave_rows(mats) -> sp.csr_matrix:
     """CSR matrices of equal shape with their rows interleaved (row i of each in turn). Row
     stacking and row selection keep every row's stored order, the order of its sum (as
-    `dec_comm._entry_sums`'s stacking does)."""
+    `LocalComm.reduce_product` adds)."""
     n, k = mats[0].shape[0], len(mats)
     return sp.vstack(mats, format="csr")[np.arange(n * k).reshape(k, n).T.ravel()]
 

@@ -40,6 +40,8 @@ it after each outer step.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -159,7 +161,52 @@ def _asl_nlp(model) -> tuple[Any, list, list]:
             nlp = AslNLP(nl_file)
     finally:
         TempfileManager.pop()
+    _direct_calls(nlp._asl)
     return nlp, *([d[i] for i in range(len(d))] for d in (by_kind["v"], by_kind["c"]))
+
+
+@functools.lru_cache(maxsize=None)
+def _c_functions(lib) -> dict[str, Any]:
+    """The AMPL interface library's evaluation functions as ctypes prototypes over plain
+    addresses (c_void_p): the library's own entry points, without the numpy array checks
+    PyNumero's prototypes run on every argument of every call."""
+    vp, n, dp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
+    sig = {"eval_f": (vp, vp, n, dp), "eval_deriv_f": (vp, vp, vp, n),
+           "eval_g": (vp, vp, n, vp, n), "eval_jac_g": (vp, vp, n, vp, n),
+           "eval_hes_lag": (vp, vp, n, vp, n, vp, n, ctypes.c_double)}
+    return {name: ctypes.CFUNCTYPE(ctypes.c_bool, *args)(
+        ctypes.cast(getattr(lib, f"EXTERNAL_AmplInterface_{name}"), ctypes.c_void_p).value)
+        for name, args in sig.items()}
+
+
+def _direct_calls(asl) -> None:
+    """Bind `asl`'s (a PyNumero `AmplInterface`) evaluations to the library's functions
+    through `_c_functions`: the same calls on the same arrays (its NLP's own float64
+    buffers, contiguous by construction), at a fraction of the per-call cost that dominates
+    a small node NLP's evaluation."""
+    from pyomo.contrib.pynumero.exceptions import PyNumeroEvaluationError
+    if asl.interface_version < 1:
+        return
+    fn, obj, nx, ny = _c_functions(asl.ASLib), asl._obj, asl._nx, asl._ny
+    nnz_jac, nnz_hes = asl._nnz_jac_g, asl._nnz_hess
+
+    def ok(res: bool) -> None:
+        if not res:
+            raise PyNumeroEvaluationError("Error in AMPL evaluation")
+
+    def eval_f(x):
+        sol = ctypes.c_double()
+        ok(fn["eval_f"](obj, x.ctypes.data, nx, ctypes.byref(sol)))
+        return sol.value
+
+    asl.eval_f = eval_f
+    asl.eval_deriv_f = lambda x, df: ok(fn["eval_deriv_f"](obj, x.ctypes.data, df.ctypes.data,
+                                                           nx))
+    asl.eval_g = lambda x, g: ok(fn["eval_g"](obj, x.ctypes.data, nx, g.ctypes.data, ny))
+    asl.eval_jac_g = lambda x, jac: ok(fn["eval_jac_g"](obj, x.ctypes.data, nx,
+                                                        jac.ctypes.data, nnz_jac))
+    asl.eval_hes_lag = lambda x, lam, hes, obj_factor=1.0: ok(fn["eval_hes_lag"](
+        obj, x.ctypes.data, nx, lam.ctypes.data, ny, hes.ctypes.data, nnz_hes, obj_factor))
 
 
 def _jacobian(nlp):
@@ -585,10 +632,18 @@ class DecStructure:
         every group's primary projects its own rows (here all rows of one width in one batch,
         `projections.WeightedBatch`, warm-started per metric)."""
         out = np.minimum(np.maximum(v, self.lo), self.hi)
+        if w is not None:
+            self.project_groups(v, w, out)
+            return out
         for b in self._batches:
             idx = b["idx"]
-            out[idx] = b["unit"](v[idx], b["ones"]) if w is None else b["batch"](v[idx], w[idx])
+            out[idx] = b["unit"](v[idx], b["ones"])
         return out
+
+    def project_groups(self, v: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        """`project(v, w)`'s group rows written into `out` (out: v clipped to its bounds)."""
+        for b in self._batches:
+            b["batch"].project_into(v, w, b["idx"], out)
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
         """Replace the bounds in u (e.g. indicators fixed); groups and the projection batches

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 from .dec_comm import Comm, summer
 from .sca import DecStructure, Linearisation
@@ -462,17 +463,16 @@ class InnerSolver:
     def _primal_step(self, lin: Linearisation, q: np.ndarray, tau_inv: np.ndarray,
                      GH: np.ndarray, du: np.ndarray) -> np.ndarray:
         """du+ = argmin over D of G^T du + H/2 du^2 + 1/(2 tau) |du - du_prev|^2, with
-        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring)."""
-        H = q + GH[:, 1]
-        H += tau_inv
-        v = du * tau_inv
-        v -= lin.g
-        v -= GH[:, 0]
-        v /= H
-        v += lin.u
-        du_new = self.st.project(v, np.divide(1.0, H, out=H))
-        du_new -= lin.u
-        return du_new
+        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring): the unconstrained
+        minimiser clipped to the bounds (`_prox_point`), then the groups' projections in the
+        metric 1/H."""
+        st, n = self.st, len(du)
+        v, w, out = np.empty(n), np.empty(n), np.empty(n)
+        _prox_point(du, tau_inv, lin.g, GH[:, 0], GH[:, 1], np.broadcast_to(q, (n,)), lin.u,
+                    st.lo, st.hi, v, w, out)
+        st.project_groups(v, w, out)
+        out -= lin.u
+        return out
 
     def _dual_step(self, y: np.ndarray, sigma: np.ndarray, Ct: np.ndarray, held: np.ndarray,
                    held_y: np.ndarray) -> np.ndarray:
@@ -490,6 +490,20 @@ class InnerSolver:
         kkt = np.where(free, np.abs(np.clip(y_new + Cn, 0.0, cap) - y_new), 0.0)
         pr = np.abs(du_new - du) * tau_inv       # at the primaries
         return self.global_max(np.maximum(kkt, np.where(free, Cn, 0.0)), pr)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _prox_point(du, tau_inv, g, G0, G1, q, u, lo, hi, v, w, out) -> None:
+    """Per shared variable, in the operations and order of numpy's array form: H = (q + G1)
+    + 1/tau, v = ((du / tau - g) - G0) / H + u, w = 1 / H, and out = v clipped to [lo, hi]
+    with numpy's maximum then minimum (a NaN propagates)."""
+    for i in range(len(v)):
+        h = (q[i] + G1[i]) + tau_inv[i]
+        vi = ((du[i] * tau_inv[i] - g[i]) - G0[i]) / h + u[i]
+        v[i] = vi
+        w[i] = 1.0 / h
+        a = vi if (vi >= lo[i] or vi != vi) else lo[i]
+        out[i] = a if (a <= hi[i] or a != a) else hi[i]
 
 
 def _groups(owner: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:

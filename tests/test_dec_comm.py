@@ -82,22 +82,26 @@ def _random_plan(preset: str, seed: int, rng, Q: int):
                             for _ in range(Q)])
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("density", [0.015, 0.04])
-def test_reduce_product_adds_as_the_message_rounds_bit_for_bit(density):
+def test_reduce_product_adds_as_the_message_rounds_bit_for_bit(density, shared):
     """Entries with no term, one term and many (stored zeros and -0.0 among them), values over
     16 orders of magnitude: LocalComm.reduce_product equals the per-entry sums reduced by the
-    message rounds (the root adds in entry order) bit for bit, for every map."""
+    message rounds (the root adds in entry order) bit for bit, for every map: three maps of
+    their own patterns (one pass each), or two of one pattern (one pass for both, the inner
+    loop's case)."""
     import scipy.sparse as sp
     rng = np.random.default_rng(11)
     comm, plan = _random_plan("small", 6, rng, 40)
     E, K = len(plan.entry_q), 60
     maps = []
-    for s in (5, 6, 7):
+    for s in ((5, 5) if shared else (5, 6, 7)):
         S = sp.random(E, K, density=density, random_state=s, format="csr")
         S.data = rng.normal(size=S.nnz) * 10.0 ** rng.integers(-8, 8, S.nnz)
         S.data[rng.random(S.nnz) < 0.1] = 0.0
         S.data[rng.random(S.nnz) < 0.05] = -0.0
         maps.append(S)
+    assert shared == np.array_equal(maps[0].indices, maps[1].indices)
     counts = np.diff(maps[0].indptr)
     assert (counts == 0).any() and (counts == 1).any() and (counts > 1).any()
     for trial in range(3):
@@ -149,6 +153,36 @@ def test_composed_collectives_equal_the_message_rounds(preset):
     np.testing.assert_allclose(gen, truth, rtol=0, atol=1e-12)
     gen = Comm.broadcast_sum(comm, plan, rv, rmaps, (1, 2))
     np.testing.assert_allclose(gen, total, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("powers", [(1, 2), (2, 1, 3)])
+def test_broadcast_sum_adds_as_the_stacked_product_bit_for_bit(powers):
+    """LocalComm.broadcast_sum (one running sum per row through the maps in turn, compiled)
+    equals ``hstack(maps composed with the plan) @ concatenate(powers of the root values)``
+    bit for bit: stored zeros and -0.0, values over 16 orders of magnitude, empty rows, a
+    power other than 1 and 2."""
+    import scipy.sparse as sp
+    from cefl_opt.solvers.dec_comm import _at_root
+    rng = np.random.default_rng(19)
+    Q, K = 35, 50
+    comm, plan = _random_plan("small", 5, rng, Q)
+    E = len(plan.entry_q)
+    maps = []
+    for s in range(len(powers)):
+        S = sp.random(K, E, density=0.08, random_state=30 + s, format="csr")
+        S = sp.vstack([sp.csr_matrix((3, E)), S[3:]], format="csr")    # rows without terms
+        S.data = rng.normal(size=S.nnz) * 10.0 ** rng.integers(-8, 8, S.nnz)
+        S.data[rng.random(S.nnz) < 0.1] = 0.0
+        S.data[rng.random(S.nnz) < 0.05] = -0.0
+        maps.append(S)
+    assert (np.diff(sum(maps).indptr) == 0).any()
+    M = sp.hstack([_at_root(plan, S) for S in maps], format="csr")
+    for trial in range(3):
+        rv = rng.normal(size=Q) * 10.0 ** rng.integers(-8, 8, Q)
+        rv[rng.random(Q) < 0.1] = -0.0
+        want = M @ np.concatenate([rv if p == 1 else rv ** p for p in powers])
+        got = comm.broadcast_sum(plan, rv, maps, powers)
+        assert got.tobytes() == want.tobytes(), trial
 
 
 def test_broadcast_sums_and_global_max_equal_their_single_forms():

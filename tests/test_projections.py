@@ -444,6 +444,35 @@ def test_weighted_batch_warm_newton_equals_the_exact_projection():
     assert 0 < batch.fallback_rows < 60 * m              # both paths were exercised
 
 
+@pytest.mark.parametrize("width", [5, 12])
+def test_project_into_writes_what_a_call_returns_at_its_rows(width):
+    """`WeightedBatch.project_into(v, w, idx, out)` (gathers and scatter compiled) writes at
+    out[idx] what a call on v[idx], w[idx] returns, bit for bit, with the same multipliers
+    and fallback count, over a drifting sequence; the other entries of out stay as they
+    were."""
+    from cefl_opt.solvers.projections import WeightedBatch
+    rng = np.random.default_rng(7 + width)
+    m = 60
+    lo = rng.uniform(-1.0, 0.0, size=(m, width))
+    hi = lo + rng.uniform(0.1, 2.0, size=(m, width))
+    eq = rng.random(m) < 0.5
+    total = rng.uniform(lo.sum(axis=1), hi.sum(axis=1))
+    into, call = WeightedBatch(lo, hi, total, eq), WeightedBatch(lo, hi, total, eq)
+    size = m * width + 9
+    idx = np.asfortranarray(rng.permutation(size)[:m * width].reshape(m, width))
+    others = np.setdiff1d(np.arange(size), idx)
+    v, w = rng.normal(size=size), rng.uniform(0.05, 5.0, size=size)
+    for it in range(30):
+        v = v + (1.0 if it % 10 == 0 else 0.02) * rng.normal(size=size)
+        out = rng.normal(size=size)
+        before = out.copy()
+        into.project_into(v, w, idx, out)
+        assert out[idx].tobytes() == call(v[idx], w[idx]).tobytes()
+        assert into.mu.tobytes() == call.mu.tobytes()
+        assert np.array_equal(out[others], before[others])
+    assert into.fallback_rows == call.fallback_rows > 0
+
+
 @pytest.mark.parametrize("width", [0, 1, 2, 7, 8, 9, 15, 16, 17, 40, 128, 129, 130, 257, 300])
 def test_the_kernels_row_sum_is_the_array_forms_bit_for_bit(width):
     """`_row_sum` (the compiled kernel's) adds a row as `_row_sums` does: in order below 8
@@ -460,9 +489,11 @@ def test_the_kernels_row_sum_is_the_array_forms_bit_for_bit(width):
         assert seq.tobytes() != want.tobytes()
 
 
-def _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu):
-    """The warm start and one Newton step of `WeightedBatch` as whole-array numpy operations
-    (its form before the compiled kernel): Y, the new multipliers and the rows left."""
+def _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu, newton):
+    """`WeightedBatch`'s Newton steps as whole-array numpy operations (the form the compiled
+    kernel replaces): the warm start, then up to `newton` steps, each tested but the last (the
+    first always). Y (at each row's last tested multiplier), the multipliers and the rows
+    left to the sort method."""
     from cefl_opt.solvers.projections import _row_sums
 
     def ev(m):
@@ -474,21 +505,29 @@ def _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu):
         return (np.abs(r) <= tol) | ((r <= 0.0) & (m <= floor))
     Z, Y, r = ev(mu)
     ok = ok_rows(r, mu)
-    if ok.all():
-        return Y, mu, ~ok
-    wf = _row_sums(np.where((Z > L) & (Z < H), W, 0.0))
-    move = ~ok & (wf > 0)
-    mu = np.maximum(np.where(move, mu + r / np.where(move, wf, 1.0), mu), floor)
-    _, Y, r = ev(mu)
-    return Y, mu, ~ok_rows(r, mu)
+    for k in range(1, newton + 1):
+        if ok.all():
+            break
+        wf = _row_sums(np.where((Z > L) & (Z < H), W, 0.0))
+        move = ~ok & (wf > 0)
+        mu = np.maximum(np.where(move, mu + r / np.where(move, wf, 1.0), mu), floor)
+        if k > max(newton - 1, 1):
+            break
+        Z1, Y1, r1 = ev(mu)
+        Z, Y = np.where(ok[:, None], Z, Z1), np.where(ok[:, None], Y, Y1)
+        r = np.where(ok, r, r1)
+        ok = ok | ok_rows(r, mu)
+    return Y, mu, ~ok
 
 
+@pytest.mark.parametrize("newton", [1, 2, 3])
 @pytest.mark.parametrize("width", [1, 5, 10, 40, 130])
-def test_weighted_batch_kernel_equals_the_array_form_bit_for_bit(width):
-    """The compiled usual case (`_first_steps`) gives the array form's projections,
-    multipliers and rows left, bit for bit, over a drifting sequence (warm starts that hold,
-    Newton steps, rows left to the sort method), with padding and both row kinds."""
-    from cefl_opt.solvers.projections import _first_steps
+def test_weighted_batch_kernel_equals_the_array_form_bit_for_bit(width, newton):
+    """The compiled Newton steps (`_newton_steps`; rows narrower than 8 by their own pass)
+    give the array form's projections, multipliers and rows left, bit for bit, over a
+    drifting sequence (warm starts that hold, one and several Newton steps, rows left to the
+    sort method), with padding and both row kinds."""
+    from cefl_opt.solvers.projections import _newton_steps
     rng = np.random.default_rng(100 + width)
     m = 90
     L = np.where(rng.random((m, width)) < 0.5, 0.0, -rng.random((m, width)))
@@ -507,9 +546,9 @@ def test_weighted_batch_kernel_equals_the_array_form_bit_for_bit(width):
         W = np.exp(0.3 * rng.normal(size=X.shape)) if it % 3 else np.ones(X.shape)
         Xf, Wf = np.asfortranarray(X), np.asfortranarray(W)
         Y, mu_new, left = np.empty(X.shape), np.empty(m), np.empty(m, dtype=np.bool_)
-        any_left = _first_steps(Xf, Wf, np.asfortranarray(L), np.asfortranarray(H), t, tol,
-                                floor, mu, Y, mu_new, left)
-        Y0, mu0, left0 = _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu)
+        any_left = _newton_steps(Xf, Wf, np.asfortranarray(L), np.asfortranarray(H), t, tol,
+                                 floor, mu, newton, Y, mu_new, left)
+        Y0, mu0, left0 = _weighted_batch_array_form(X, W, L, H, t, tol, floor, mu, newton)
         assert Y.tobytes() == np.ascontiguousarray(Y0).tobytes()
         assert mu_new.tobytes() == np.ascontiguousarray(mu0, dtype=float).tobytes()
         assert np.array_equal(left, left0) and any_left == bool(left0.any())

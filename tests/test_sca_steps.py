@@ -133,3 +133,64 @@ def test_prox_factor_and_restoration_keep_the_tiny_optimum():
     assert on["stop_reason"] == off["stop_reason"] == "converged"
     assert on_sol.objective == pytest.approx(off_sol.objective, rel=1e-6)
     assert on["outer_iterations"] <= off["outer_iterations"]
+
+
+def test_direct_library_calls_evaluate_as_pynumeros_own_bit_for_bit():
+    """The node NLPs' evaluations are bound to the AMPL library's functions directly
+    (`node_structure._direct_calls`); with the bindings removed (PyNumero's own calls) the
+    linearisation, the values and the curvature at random points are the same bit for bit.
+    Its own structure: the bindings are removed from it."""
+    st = build_structure(make_instance("small", seed=7, rounds=2))
+    nlps = [nlp for pv in st.providers for nlp in [pv.nlp] + [lv.nlp for lv in pv.levels]]
+    names = ("eval_f", "eval_deriv_f", "eval_g", "eval_jac_g", "eval_hes_lag")
+    assert all(n in vars(nlp._asl) for nlp in nlps for n in names)
+    rng = np.random.default_rng(3)
+    pts = [_random_point(st, rng) for _ in range(3)]
+
+    def everything():
+        out = []
+        for u in pts:
+            lin, val = st.linearise(u), st.values(u)
+            h = st.curvature(u, np.abs(rng.normal(size=st.n_rows)))
+            out.append(np.concatenate([[lin.f, val.f], lin.g, lin.c, lin.a, val.c, h]))
+        return np.concatenate(out)
+    state = rng.bit_generator.state
+    direct = everything()
+    for nlp in nlps:
+        for n in names:
+            delattr(nlp._asl, n)
+        nlp.set_primals(nlp.get_primals())          # drop PyNumero's cached values
+    for pv in st.providers:
+        pv._at = None
+    rng.bit_generator.state = state
+    assert everything().tobytes() == direct.tobytes()
+
+
+def test_the_primal_step_is_its_array_form_bit_for_bit():
+    """`InnerSolver._primal_step` (the compiled point and clip, then the groups' projections)
+    equals its numpy array form, H = q + GH_1 + 1/tau, v = (du/tau - g - GH_0) / H + u
+    projected in the metric 1/H, bit for bit, at random points with signed zeros (two twin
+    structures: the projections' warm starts follow the same calls)."""
+    st, twin = (build_structure(make_instance("small", seed=7, rounds=2)) for _ in range(2))
+    k = resolve_constants(None)
+    comm = LocalComm(make_instance("small", seed=7, rounds=2).graph(), st.node_names)
+    inner = InnerSolver(st, k, mode="decentralized", comm=comm)
+    rng = np.random.default_rng(5)
+    for trial in range(4):
+        u = _random_point(st, rng)
+        lin = st.linearise(u)
+        q = rng.uniform(0.01, 2.0, st.n)
+        tau_inv = rng.uniform(0.1, 5.0, st.n)
+        GH = np.column_stack([rng.normal(size=st.n) * 10.0 ** rng.integers(-6, 6, st.n),
+                              rng.uniform(0.0, 3.0, st.n)])
+        du = rng.normal(size=st.n) * 0.1
+        du[rng.random(st.n) < 0.1] = -0.0
+        H = q + GH[:, 1]
+        H += tau_inv
+        v = du * tau_inv
+        v -= lin.g
+        v -= GH[:, 0]
+        v /= H
+        v += lin.u
+        want = twin.project(v, 1.0 / H) - lin.u
+        assert inner._primal_step(lin, q, tau_inv, GH, du).tobytes() == want.tobytes(), trial
