@@ -274,9 +274,12 @@ INJECT = {
     # inside Ipopt: its intermediate callback (called by Ipopt's C++ code every iteration)
     "greedy-rate": "from pyomo.contrib.pynumero.interfaces import cyipopt_interface as c\n"
                    "c.CyIpoptNLP.intermediate = lambda *a, **k: os.abort()\n",
-    # inside the AMPL Solver Library's derivatives (PyNumero), which decentralized uses
-    "decentralized": "from pyomo.contrib.pynumero.asl import AmplInterface as A\n"
-                     "A.eval_jac_g = lambda *a, **k: os.abort()\n",
+    # inside the AMPL Solver Library's derivatives (PyNumero), which decentralized uses,
+    # as the node NLPs bind them (`node_structure._direct_calls`)
+    "decentralized": "from cefl_opt.solvers import node_structure as n\n"
+                     "def bind(asl):\n"
+                     "    asl.eval_jac_g = lambda *a, **k: os.abort()\n"
+                     "n._direct_calls = bind\n",
 }
 NATIVE = {"scip": "SCIP", "greedy-rate": "Ipopt", "decentralized": "PyNumero"}
 
