@@ -10,16 +10,16 @@ its negative-index test on every access, which otherwise costs more than the pro
 * `accumulate_rows(indptr, indices, data, x, square, out)`: ``out += A @ x`` (or
   ``A @ x**2``) as one running sum per row that continues from ``out[k]``: called once per
   block of ``hstack([A0, A1]) @ concatenate([x0, x1])`` it adds as that product does.
-* `entry_sums(qptr, ents, indptr, indices, data, x, out)`: per quantity, its entries' term
-  sums added in entry order (`dec_comm.LocalComm.reduce_product`); `entry_sums_pair` does
-  two maps of one pattern in one pass.
+* `entry_sums(qptr, ents, indptr, indices, data0, data1, x, out0, out1)`: per quantity,
+  its entries' term sums added in entry order, for two maps of one pattern in one pass
+  (`dec_comm.LocalComm.reduce_product`).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["accumulate_rows", "entry_sums", "entry_sums_pair", "unsigned_csr"]
+__all__ = ["accumulate_rows", "entry_sums", "unsigned_csr"]
 
 
 def unsigned_csr(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -51,36 +51,13 @@ def accumulate_rows(indptr, indices, data, x, square, out) -> None:
 
 
 @njit(cache=True, nogil=True)
-def entry_sums(qptr, ents, indptr, indices, data, x, out) -> None:
-    """out[q] = the sum over quantity q's entries ents[qptr[q]:qptr[q + 1]] (in that order;
+def entry_sums(qptr, ents, indptr, indices, data0, data1, x, out0, out1) -> None:
+    """out0[q] and out1[q], for two maps of one pattern (values data0 and data1, each index
+    read once): the sum over quantity q's entries ents[qptr[q]:qptr[q + 1]] (in that order;
     entries without terms left out) of each entry's terms data[t] * x[indices[t]]: an entry
     with one term adds that product, a longer one the running sum of its terms from 0.0:
     `Comm.reduce_product`'s sums (``S @ x`` per entry, then the root's sum in entry order;
     an entry without terms adds 0.0, which changes no sum that starts from +0.0)."""
-    for q in range(len(out)):
-        s = 0.0
-        k = qptr[q]
-        kend = qptr[q + 1]
-        while k < kend:
-            e = ents[k]
-            t = indptr[e]
-            end = indptr[e + np.uint64(1)]
-            if end - t == np.uint64(1):
-                s += data[t] * x[indices[t]]
-            else:
-                p = 0.0
-                while t < end:
-                    p += data[t] * x[indices[t]]
-                    t += np.uint64(1)
-                s += p
-            k += np.uint64(1)
-        out[q] = s
-
-
-@njit(cache=True, nogil=True)
-def entry_sums_pair(qptr, ents, indptr, indices, data0, data1, x, out0, out1) -> None:
-    """`entry_sums` of two maps with one pattern (values data0 and data1) in one pass: the
-    same additions per map, each index read once."""
     for q in range(len(out0)):
         s0 = 0.0
         s1 = 0.0

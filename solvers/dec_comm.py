@@ -532,9 +532,9 @@ class LocalComm(Comm):
     def reduce_product(self, plan: RelayPlan, maps: Sequence[sp.spmatrix], x: np.ndarray
                        ) -> np.ndarray:
         """The same sums as `Comm.reduce_product` (each entry's value as ``S @ x`` adds it,
-        then the root adds its entries in entry order), per map in one compiled pass
-        (`compiled_sums.entry_sums`; two maps of one pattern in one pass) over the entries of
-        each quantity, listed once per set of maps (`_entry_lists`)."""
+        then the root adds its entries in entry order), in compiled passes
+        (`compiled_sums.entry_sums`: two maps of one pattern in one pass, others one each)
+        over the entries of each quantity, listed once per set of maps (`_entry_lists`)."""
         xv = np.ascontiguousarray(x, dtype=float)
         m = len(maps)
         self._charge_width(plan.up_msgs, plan.up_bytes, m)
@@ -543,11 +543,9 @@ class LocalComm(Comm):
         out = np.empty((m, plan.n_quantities))
         row = 0
         for qptr, ents, indptr, indices, datas in lists:
-            if len(datas) == 2:
-                compiled_sums.entry_sums_pair(qptr, ents, indptr, indices, datas[0], datas[1],
-                                              xv, out[row], out[row + 1])
-            else:
-                compiled_sums.entry_sums(qptr, ents, indptr, indices, datas[0], xv, out[row])
+            pair = len(datas) == 2      # a map alone: the kernel's second sum is thrown away
+            compiled_sums.entry_sums(qptr, ents, indptr, indices, datas[0], datas[-1], xv,
+                                     out[row], out[row + 1] if pair else np.empty(len(out[row])))
             row += len(datas)
         return out.T
 
