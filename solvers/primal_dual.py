@@ -422,6 +422,7 @@ class InnerSolver:
         tau_inv, sigma = self._pd_steps(a, free)
         held = np.flatnonzero(~free)
         held_y = np.broadcast_to(np.asarray(fixed, float), free.shape)[held]
+        q = np.ascontiguousarray(np.broadcast_to(q, (st.n,)), dtype=float)   # once, not per step
         y = np.where(free, self.lam, fixed)   # the multipliers the rows send (held: fixed)
         du = self.du_prev if (self.du_prev is not None and len(self.du_prev) == st.n) \
             else np.zeros(st.n)
@@ -463,13 +464,12 @@ class InnerSolver:
     def _primal_step(self, lin: Linearisation, q: np.ndarray, tau_inv: np.ndarray,
                      GH: np.ndarray, du: np.ndarray) -> np.ndarray:
         """du+ = argmin over D of G^T du + H/2 du^2 + 1/(2 tau) |du - du_prev|^2, with
-        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring): the unconstrained
-        minimiser clipped to the bounds (`_prox_point`), then the groups' projections in the
-        metric 1/H."""
+        G = g + GH[:, 0], H = q + GH[:, 1] + 1/tau (module docstring; q one float per shared
+        variable): the unconstrained minimiser clipped to the bounds (`_prox_point`), then the
+        groups' projections in the metric 1/H."""
         st, n = self.st, len(du)
         v, w, out = np.empty(n), np.empty(n), np.empty(n)
-        _prox_point(du, tau_inv, lin.g, GH[:, 0], GH[:, 1], np.broadcast_to(q, (n,)), lin.u,
-                    st.lo, st.hi, v, w, out)
+        _prox_point(du, tau_inv, lin.g, GH[:, 0], GH[:, 1], q, lin.u, st.lo, st.hi, v, w, out)
         st.project_groups(v, w, out)
         out -= lin.u
         return out
