@@ -73,17 +73,19 @@ _BIG = 1e30          # the cost of a trial that would leave a row violated or a 
 class MoveViews:
     """The collectives the moves use (message passing in `decentralized`, plain array
     operations in `centralized-pd`).
-    at_nonzeros(per_var) -> per_nonzero: the rows' hosts' copies (a broadcast);
+    at_nonzeros(per_var, nz=None) -> per_nonzero: the rows' hosts' copies (a broadcast), at
+    the nonzeros nz (sorted; every one when None);
     sum_to_vars(per_nonzero) -> per_var: sums at the primaries (a reduce);
-    max_to_vars(per_nonzero) -> per_var: maxima at the primaries (-inf where nothing came);
+    max_to_vars(per_nonzero, nz=None) -> per_var: maxima at the primaries (-inf where nothing
+    came) of values given at the nonzeros nz (every one when None);
     var_sum(per_var) -> float: the sum over all primaries (spanning tree, every process);
     sync(u) -> u: every process's copies of the shared variables set from their primaries;
     local_rows: (K,) bool, the rows this process hosts; local_vars: (n,) bool, the shared
     variables this process is the primary of; node_sum((V, k)) -> (k,): the column sums of
     rows that each process fills for its own nodes (spanning tree, every process gets them)."""
-    at_nonzeros: Callable[[np.ndarray], np.ndarray]
+    at_nonzeros: Callable[..., np.ndarray]
     sum_to_vars: Callable[[np.ndarray], np.ndarray]
-    max_to_vars: Callable[[np.ndarray], np.ndarray]
+    max_to_vars: Callable[..., np.ndarray]
     var_sum: Callable[[np.ndarray], float]
     sync: Callable[[np.ndarray], np.ndarray]
     local_rows: np.ndarray
@@ -95,11 +97,11 @@ def central_views(st: DecStructure) -> MoveViews:
     """`MoveViews` of a process that holds every row and shared variable."""
     cols, n = st.jac_cols, st.n
 
-    def vmax(per_nz: np.ndarray) -> np.ndarray:
+    def vmax(per_nz: np.ndarray, nz: np.ndarray | None = None) -> np.ndarray:
         out = np.full(n, -np.inf)
-        np.maximum.at(out, cols, per_nz)
+        np.maximum.at(out, cols if nz is None else cols[nz], per_nz)
         return out
-    return MoveViews(at_nonzeros=lambda v: v[cols],
+    return MoveViews(at_nonzeros=lambda v, nz=None: v[cols if nz is None else cols[nz]],
                      sum_to_vars=lambda z: np.bincount(cols, weights=z, minlength=n),
                      max_to_vars=vmax, var_sum=lambda v: float(np.sum(v)), sync=lambda u: u,
                      local_rows=np.ones(st.n_rows, dtype=bool),
@@ -110,19 +112,44 @@ def tighten_epigraphs(st: DecStructure, u: np.ndarray, lin: Linearisation, free:
                       views: MoveViews) -> np.ndarray:
     """Every epigraph variable of a max (direction +1) moves to the max of its rows
     (c_k / |a_kv| over the rows it bounds: exact, the rows are linear in it), level by level,
-    inner maxima first, within its bounds. Lowers J (J is non-decreasing in each)."""
-    rows, cols = st.jac_rows, st.jac_cols
+    inner maxima first, within its bounds. Lowers J (J is non-decreasing in each).
+    Only the nonzeros of each level's variables are read (`_epigraph_nonzeros`): every other
+    term of the full form is zero, and its sums add the same terms in the same order."""
+    rows = st.jac_rows
     c, out = lin.c.copy(), u.copy()
-    absa = np.maximum(np.abs(lin.a), 1e-300)
-    for lev in range(len(EPIGRAPH_LEVELS)):
+    for lev, nz in enumerate(_epigraph_nonzeros(st)):
         on = (st.epi_level == lev) & (st.epi_dir > 0)
-        sel = on[cols] & free[rows] & (lin.a < 0)
-        top = views.max_to_vars(np.where(sel, c[rows] / absa, -np.inf))
+        rz, az = rows[nz], lin.a[nz]
+        sel = free[rz] & (az < 0)
+        top = views.max_to_vars(np.where(sel, c[rz] / np.maximum(np.abs(az), 1e-300), -np.inf),
+                                nz)
         dv = np.where(on & np.isfinite(top), np.clip(top, st.lo - out, st.hi - out), 0.0)
         dv = np.where(views.local_vars, dv, 0.0)
         out = out + dv
-        c = c + np.bincount(rows, weights=lin.a * views.at_nonzeros(dv), minlength=st.n_rows)
+        c = c + np.bincount(rz, weights=az * views.at_nonzeros(dv, nz), minlength=st.n_rows)
     return views.sync(out)
+
+
+def _epigraph_nonzeros(st: DecStructure) -> list[np.ndarray]:
+    """Per level of `EPIGRAPH_LEVELS`: the Jacobian nonzeros (sorted) in the columns of that
+    level's epigraph variables of direction +1 (built once per structure)."""
+    if st.epigraph_nz is None:
+        on = st.epi_dir[st.jac_cols] > 0
+        lev = st.epi_level[st.jac_cols]
+        st.epigraph_nz = [np.flatnonzero(on & (lev == k)) for k in range(len(EPIGRAPH_LEVELS))]
+    return st.epigraph_nz
+
+
+def _column_nonzeros(st: DecStructure, vars_: np.ndarray) -> np.ndarray:
+    """The Jacobian nonzeros (sorted) in the columns `vars_` (a column index built once per
+    structure)."""
+    if st.column_nz is None:
+        order = np.argsort(st.jac_cols, kind="stable")
+        st.column_nz = (order, np.searchsorted(st.jac_cols[order], np.arange(st.n + 1)))
+    order, ptr = st.column_nz
+    if len(vars_) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate([order[ptr[v]:ptr[v + 1]] for v in vars_.tolist()]))
 
 
 class _Hosts:
@@ -392,7 +419,8 @@ def _rows_moved(st: DecStructure, lin: Linearisation, du: np.ndarray, views: Mov
     affine in each group's indicators and no row reads two groups (module docstring), so each
     host adds its rows' Jacobian entries times du, broadcast to it (`views.at_nonzeros`). What
     the tightening reads (the rows and the Jacobian); J and its gradient stay lin's."""
-    c = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
+    nz = _column_nonzeros(st, np.flatnonzero(du))    # the other terms are zero
+    c = lin.c + np.bincount(st.jac_rows[nz], weights=lin.a[nz] * views.at_nonzeros(du, nz),
                             minlength=st.n_rows)
     return replace(lin, c=c)
 

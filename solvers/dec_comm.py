@@ -393,11 +393,20 @@ class Comm:
         its entries), reduced together (len(maps) floats per entry)."""
         return self.reduce(plan, np.column_stack([S @ x for S in maps]))
 
-    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
-                       ) -> np.ndarray:
+    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray,
+                       slot: str = "take") -> np.ndarray:
         """``broadcast(plan, root_values)[at]``: the broadcast read at fixed entries (e.g. a
-        row host's copy of each variable its rows read)."""
+        row host's copy of each variable its rows read; `slot` names the cached selection of
+        a backend that keeps one, one per caller)."""
         return self.broadcast(plan, root_values)[at]
+
+    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray,
+                      slot: str = "max_at") -> np.ndarray:
+        """``reduce(plan, e, op="max")`` where e holds the max of `values` at the entries `at`
+        (repeats allowed) and -inf elsewhere."""
+        e = np.full(len(plan.entry_q), -np.inf)
+        np.maximum.at(e, at, values)
+        return self.reduce(plan, e, op="max")
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
                           maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:
@@ -549,12 +558,23 @@ class LocalComm(Comm):
             row += len(datas)
         return out.T
 
-    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray
-                       ) -> np.ndarray:
+    def broadcast_take(self, plan: RelayPlan, root_values: np.ndarray, at: np.ndarray,
+                       slot: str = "take") -> np.ndarray:
         """Same values as `Comm.broadcast_take`, with ``plan.entry_q[at]`` composed once."""
         rv = np.asarray(root_values, float)
         self._charge(plan.down_msgs, plan.down_bytes, rv)
-        return rv[cached_on_plan(plan, ("take",), at, lambda: plan.entry_q[at])]
+        return rv[cached_on_plan(plan, (slot,), at, lambda: plan.entry_q[at])]
+
+    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray,
+                      slot: str = "max_at") -> np.ndarray:
+        """Same values as `Comm.reduce_max_at` (a max is exact, so the order is free), from
+        the entries `at` alone: ``plan.entry_q[at]`` composed once; messages as the full
+        reduce's."""
+        self._charge_width(plan.up_msgs, plan.up_bytes, 1)
+        out = np.full(plan.n_quantities, -np.inf)
+        np.maximum.at(out, cached_on_plan(plan, (slot,), at, lambda: plan.entry_q[at]),
+                      values)
+        return out
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,
                           maps: Sequence[sp.spmatrix], powers: Sequence[int]) -> list[np.ndarray]:

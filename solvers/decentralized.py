@@ -164,10 +164,19 @@ class DistributedEvaluator:
             out = u.copy()
             out[pl.entry_q[ent_local]] = comm.broadcast(pl, u)[ent_local]
             return out
-        return MoveViews(at_nonzeros=inner.nonzero_view,
+        def at_nonzeros(v: np.ndarray, nz: np.ndarray | None = None) -> np.ndarray:
+            if nz is None:
+                return inner.nonzero_view(v)
+            return comm.broadcast_take(pl, v, inner.jent[nz], slot="move_take")
+
+        def max_to_vars(z: np.ndarray, nz: np.ndarray | None = None) -> np.ndarray:
+            if nz is None:
+                return self.var_max(z, -np.inf)
+            return comm.reduce_max_at(pl, inner.jent[nz], z, slot="move_max")
+        return MoveViews(at_nonzeros=at_nonzeros,
                          sum_to_vars=lambda z: comm.reduce(pl, np.bincount(
                              inner.jent, weights=z, minlength=E)),
-                         max_to_vars=lambda z: self.var_max(z, -np.inf),
+                         max_to_vars=max_to_vars,
                          var_sum=lambda v: inner.global_sum(np.zeros(0), v), sync=sync,
                          local_rows=local[st.row_host], local_vars=local[st.primary],
                          node_sum=inner.global_sum_nodes)

@@ -264,6 +264,7 @@ class NodeProvider:
         order, inner, level = _lift_levels(reads, lifts)
         keys = sorted(order, key=lambda k: level[k])
         self.n_lifts = len(keys)
+        self._values_at = None      # (x, share, C) of the last `values`
         aux = pyo.ConcreteModel(name=f"node {name} lifts")
         aux.a = pyo.Var(range(len(keys)), initialize=0.0)
         self._aux = aux
@@ -545,14 +546,21 @@ class NodeProvider:
 
     def values(self, x_local: np.ndarray) -> tuple[float, np.ndarray]:
         """(share, C) at x_local, bit for bit as `evaluate` gives them, without the gradient
-        and the Jacobian (about half an evaluation's cost)."""
+        and the Jacobian (about half an evaluation's cost). The node keeps its last answer:
+        at the same copies (a search trial that moved other nodes' variables only) it
+        answers again without evaluating. C is the node's own: read it, do not write it."""
+        hit = self._values_at
+        if hit is not None and np.array_equal(hit[0], x_local):
+            return hit[1], hit[2]
         nlp = self.nlp
         if not self.levels:
             nlp.set_primals(x_local)
         elif self._at is None or not np.array_equal(self._at[0], x_local):
             self._forward(x_local, jacobians=False)
             self._at = None      # the primals moved without M's data: `_lifted_at` recomputes
-        return self._share_and_rows()
+        f, c = self._share_and_rows()
+        self._values_at = (np.array(x_local, dtype=float), f, c)
+        return f, c
 
     def _share_and_rows(self) -> tuple[float, np.ndarray]:
         """(share, C (sign-adjusted, minus rhs)) at the outer NLP's primals."""
@@ -608,6 +616,8 @@ class DecStructure:
     build_s: float = 0.0
     epi_level: Any = None           # (n,) int: level in models.EPIGRAPH_LEVELS, -1: none
     epi_dir: Any = None             # (n,) +1 / -1: the direction that satisfies its rows
+    epigraph_nz: Any = None         # `assoc_moves._epigraph_nonzeros`, built on first use
+    column_nz: Any = None           # `assoc_moves._column_nonzeros`'s column index
     _batches: Any = None
     _orig: Any = None
     _local: Any = None              # (n,) bool: shared variables this process steps (None: all)
@@ -635,14 +645,14 @@ class DecStructure:
         if w is not None:
             self.project_groups(v, w, out)
             return out
-        for b in self._batches:
+        for b in self._current_batches():
             idx = b["idx"]
             out[idx] = b["unit"](v[idx], b["ones"])
         return out
 
     def project_groups(self, v: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         """`project(v, w)`'s group rows written into `out` (out: v clipped to its bounds)."""
-        for b in self._batches:
+        for b in self._current_batches():
             b["batch"].project_into(v, w, b["idx"], out)
 
     def set_bounds(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -653,18 +663,25 @@ class DecStructure:
         self.lo, self.hi = lo, hi
         for g in self.groups:
             g.lo, g.hi = lo[g.idx], hi[g.idx]
-        self._build_batches()
+        self._batches = None     # built at the next projection (`_current_batches`)
 
     def set_local(self, owned: np.ndarray | None) -> None:
         """Restrict `project`'s groups to the shared variables this process is the primary of
         (MPI backend: the other entries are not this process's and are left clipped only)."""
         self._local = None if owned is None else np.asarray(owned, dtype=bool)
-        self._build_batches()
+        self._batches = None
 
     def reset_bounds(self) -> None:
         if self._orig is not None:
             lo, hi = self._orig
             self.set_bounds(lo.copy(), hi.copy())
+
+    def _current_batches(self) -> list[dict]:
+        """The projection batches for the current bounds, built on first use after a change
+        of bounds (the search fixes indicators far more often than it projects)."""
+        if self._batches is None:
+            self._build_batches()
+        return self._batches
 
     def _build_batches(self) -> None:
         """The projection groups as batches, one per row width."""
@@ -1039,7 +1056,6 @@ def build_structure(inst: Instance, *, bound: str = "corollary", init: Solution 
         **_jacobian_pattern(providers, rr, cc, dd, scale, sv.n, K))
     st.idx = _shared_indices(m, sv.comp_of_var)
     st.epi_level, st.epi_dir = _epigraphs([sv.variables[r] for r in sv.roots])
-    st._build_batches()
     st.build_s = time.perf_counter() - t0
     return st
 

@@ -614,3 +614,60 @@ def test_screened_moves_still_lower_P_by_their_reported_gain(move, key):
     _u, every = move(st, u.copy(), free, keep=0, **kw)
     assert one[f"{key}_trials"] < every[f"{key}_trials"]
     am.fix_indicators_at(st, u)
+
+
+def _full_tightening(st, u, lin, free, views):
+    """The tightening over every nonzero of the Jacobian (the form `tighten_epigraphs` reads
+    a part of): a level's maxima over all nonzeros, its moves added to all rows."""
+    rows, cols = st.jac_rows, st.jac_cols
+    c, out = lin.c.copy(), u.copy()
+    absa = np.maximum(np.abs(lin.a), 1e-300)
+    for lev in range(len(am.EPIGRAPH_LEVELS)):
+        on = (st.epi_level == lev) & (st.epi_dir > 0)
+        sel = on[cols] & free[rows] & (lin.a < 0)
+        top = views.max_to_vars(np.where(sel, c[rows] / absa, -np.inf))
+        dv = np.where(on & np.isfinite(top), np.clip(top, st.lo - out, st.hi - out), 0.0)
+        dv = np.where(views.local_vars, dv, 0.0)
+        out = out + dv
+        c = c + np.bincount(rows, weights=lin.a * views.at_nonzeros(dv), minlength=st.n_rows)
+    return views.sync(out)
+
+
+def test_the_tightening_and_moved_rows_read_only_their_nonzeros_bit_for_bit():
+    """`tighten_epigraphs` and `_rows_moved` read the nonzeros of the columns that move
+    only; on global arrays and by messages they equal the full forms bit for bit, at random
+    points (off the epigraphs' maxima, so every level moves) and after random indicator
+    changes; the messages are those of the full collectives."""
+    from cefl_opt.solvers.dec_comm import LocalComm
+    from cefl_opt.solvers.decentralized import DistributedEvaluator
+    from cefl_opt.solvers.primal_dual import InnerSolver, resolve_constants
+    inst = make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
+    st = build_structure(inst)
+    comm = LocalComm(inst.graph(), st.node_names)
+    ev = DistributedEvaluator(st, InnerSolver(st, resolve_constants(None), mode="decentralized",
+                                              comm=comm))
+    free = np.ones(st.n_rows, dtype=bool)
+    free[st.force_rows] = False
+    ind = np.concatenate([st.idx[k].ravel() for k in ("Is", "Inb", "Ibn")])
+    ind = ind[ind >= 0]
+    rng = np.random.default_rng(8)
+    moved = 0
+    for _ in range(4):
+        u = st.project(st.u0 + rng.normal(0, 0.2, st.n))
+        lin = st.linearise(u)
+        du = np.zeros(st.n)
+        j = rng.choice(ind, 3, replace=False)
+        du[j] = rng.normal(0, 1, 3)
+        for views in (am.central_views(st), ev.move_views()):
+            comm.snapshot()
+            got = am.tighten_epigraphs(st, u, lin, free, views)
+            part = comm.snapshot()
+            full = _full_tightening(st, u, lin, free, views)
+            assert np.array_equal(got, full)
+            assert np.array_equal(part[0], comm.snapshot()[0])       # the same messages
+            moved += int(np.sum(got != u))
+            rows_full = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
+                                            minlength=st.n_rows)
+            rows = am._rows_moved(st, lin, du, views).c
+            assert np.array_equal(rows, rows_full) and not np.array_equal(rows, lin.c)
+    assert moved > 100

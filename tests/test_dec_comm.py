@@ -211,6 +211,37 @@ def test_broadcast_sums_and_global_max_equal_their_single_forms():
     assert np.array_equal(b, gplan.up_bytes + gplan.down_bytes)
 
 
+def test_subset_collectives_equal_the_full_ones_and_charge_as_them():
+    """`reduce_max_at` (values at some entries, repeats allowed) equals the max-reduce of the
+    full entry array with -inf elsewhere, in LocalComm and in the base form, and charges one
+    reduce; `broadcast_take` in two slots keeps both selections and reads as the full
+    broadcast."""
+    rng = np.random.default_rng(23)
+    Q = 40
+    comm, plan = _random_plan("paper", 4, rng, Q)
+    E = len(plan.entry_q)
+    for trial in range(3):
+        at = rng.integers(0, E, E // 25)         # with repeats
+        vals = rng.normal(size=len(at)) * 10.0 ** rng.integers(-5, 5, len(at))
+        full = np.full(E, -np.inf)
+        np.maximum.at(full, at, vals)
+        comm.snapshot()
+        want = comm.reduce(plan, full, op="max")
+        m_full, b_full = comm.snapshot()
+        got = comm.reduce_max_at(plan, at, vals)
+        m, b = comm.snapshot()
+        assert np.array_equal(got, want) and np.isneginf(got).any() and np.isfinite(got).any()
+        assert np.array_equal(Comm.reduce_max_at(comm, plan, at, vals), want)
+        assert np.array_equal(m, m_full) and np.array_equal(b, b_full) and m.sum() > 0
+    a1, a2 = rng.integers(0, E, 50), rng.integers(0, E, 70)
+    rv = rng.normal(size=Q)
+    for _ in range(2):
+        for at, slot in ((a1, "one"), (a2, "two")):
+            assert np.array_equal(comm.broadcast_take(plan, rv, at, slot=slot),
+                                  comm.broadcast(plan, rv)[at])
+    assert plan._derived[("one",)][0] is a1 and plan._derived[("two",)][0] is a2
+
+
 def test_cached_on_plan_keeps_one_value_per_slot_and_lets_the_old_one_go_first():
     """`cached_on_plan`: the same owner (by identity, a tuple element by element) gets the
     kept value without a new `make`; another owner's `make` runs after the old value is let

@@ -223,6 +223,46 @@ def test_values_are_the_linearisations_J_and_rows_bit_for_bit():
     assert not np.array_equal(lin.a[~epi], first.a[~epi])    # the others do move
 
 
+def test_a_node_evaluates_its_values_again_only_when_its_copies_changed():
+    """`values` at a point that differs from the last one in some nodes' copies evaluates
+    those nodes only; the others answer from their last point, and every answer equals a
+    fresh evaluation bit for bit (also back at an earlier point, lifted providers included)."""
+    from cefl_opt.solvers.decentralized import DistributedEvaluator
+    inst = make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
+    st = build_structure(inst)
+    ev = DistributedEvaluator(st, InnerSolver(st, resolve_constants(None), mode="decentralized",
+                                              comm=LocalComm(inst.graph(), st.node_names)))
+    fresh = build_structure(inst)
+    fresh_ev = DistributedEvaluator(fresh, InnerSolver(fresh, resolve_constants(None),
+                                                       mode="decentralized",
+                                                       comm=LocalComm(inst.graph(),
+                                                                      fresh.node_names)))
+    calls = []
+    for d, pv in enumerate(st.providers):
+        def counted(pv=pv, d=d, orig=type(pv)._share_and_rows):
+            calls.append(d)
+            return orig(pv)
+        pv._share_and_rows = counted
+    rng = np.random.default_rng(3)
+    u0 = st.project(st.u0 + rng.normal(0, 0.05, st.n))
+    u1 = u0.copy()
+    v = int(np.flatnonzero(np.array([len(m) for m in st.members]) == 2)[0])
+    u1[v] = 0.5 * (st.lo[v] + st.hi[v]) if u1[v] != 0.5 * (st.lo[v] + st.hi[v]) else st.lo[v]
+    readers = {d for d, pv in enumerate(st.providers) if v in set(pv.comp.tolist())}
+    assert len(readers) == 2
+    for u, expect in ((u0, set(range(st.n_nodes))), (u0.copy(), set()), (u1, readers),
+                      (u0, readers)):
+        calls.clear()
+        got = ev.values(u)
+        assert set(calls) == expect
+        for pv in fresh.providers:
+            pv._values_at = None          # no memo: every node evaluates
+        want = fresh_ev.values(u)
+        assert got.f == want.f and np.array_equal(got.c, want.c)
+        assert np.array_equal(got.f_nodes, want.f_nodes)
+    assert any(pv.levels for pv in st.providers)
+
+
 def _asl_bytes_in_use() -> int:
     """Bytes the C allocator has handed out (glibc's mallinfo2: heap and mmap)."""
     import ctypes
