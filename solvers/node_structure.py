@@ -264,7 +264,8 @@ class NodeProvider:
         order, inner, level = _lift_levels(reads, lifts)
         keys = sorted(order, key=lambda k: level[k])
         self.n_lifts = len(keys)
-        self._values_at = None      # (x, share, C) of the last `values`
+        self._values_at = None      # (x, share, C) of the last `values` or `evaluate`
+        self._evaluate_at = None    # (x, the answer) of the last `evaluate`
         aux = pyo.ConcreteModel(name=f"node {name} lifts")
         aux.a = pyo.Var(range(len(keys)), initialize=0.0)
         self._aux = aux
@@ -524,7 +525,18 @@ class NodeProvider:
 
     def evaluate(self, x_local: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """(share, gradient, C (sign-adjusted, minus rhs), Jacobian data in (jrow, jcol) order)
-        at the node's copies x_local (model units)."""
+        at the node's copies x_local (model units). The node keeps its last answer, as
+        `values` does (the arrays are the node's own: read them, do not write them)."""
+        hit = self._evaluate_at
+        if hit is not None and np.array_equal(hit[0], x_local):
+            return hit[1]
+        out = self._evaluate(x_local)
+        x = np.array(x_local, dtype=float)
+        self._evaluate_at = (x, out)
+        self._values_at = (x, out[0], out[2])
+        return out
+
+    def _evaluate(self, x_local: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         nlp = self.nlp
         if self.levels:
             md = self._lifted_at(x_local)

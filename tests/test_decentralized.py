@@ -223,10 +223,11 @@ def test_values_are_the_linearisations_J_and_rows_bit_for_bit():
     assert not np.array_equal(lin.a[~epi], first.a[~epi])    # the others do move
 
 
-def test_a_node_evaluates_its_values_again_only_when_its_copies_changed():
-    """`values` at a point that differs from the last one in some nodes' copies evaluates
-    those nodes only; the others answer from their last point, and every answer equals a
-    fresh evaluation bit for bit (also back at an earlier point, lifted providers included)."""
+def test_a_node_evaluates_again_only_when_its_copies_changed():
+    """`values` and `linearise` at a point that differs from the last one in some nodes'
+    copies evaluate those nodes only; the others answer from their last point (`values` from
+    `linearise`'s too), and every answer equals a fresh evaluation bit for bit (also back at
+    an earlier point, lifted providers included)."""
     from cefl_opt.solvers.decentralized import DistributedEvaluator
     inst = make_instance("paper", ues=24, bss=6, dcs=3, reach=2, seed=5, rounds=2)
     st = build_structure(inst)
@@ -260,6 +261,23 @@ def test_a_node_evaluates_its_values_again_only_when_its_copies_changed():
         want = fresh_ev.values(u)
         assert got.f == want.f and np.array_equal(got.c, want.c)
         assert np.array_equal(got.f_nodes, want.f_nodes)
+    ev_calls = []
+    for d, pv in enumerate(st.providers):
+        def counted_ev(x, pv=pv, d=d, orig=type(pv)._evaluate):
+            ev_calls.append(d)
+            return orig(pv, x)
+        pv._evaluate = counted_ev
+    for u, expect in ((u1, set(range(st.n_nodes))), (u0, readers), (u0.copy(), set())):
+        ev_calls.clear()
+        got = ev.linearise(u)
+        assert set(ev_calls) == expect
+        for pv in fresh.providers:
+            pv._values_at = pv._evaluate_at = None
+        want = fresh_ev.linearise(u)
+        assert got.f == want.f and all(np.array_equal(getattr(got, k), getattr(want, k))
+                                       for k in ("g", "c", "a", "f_nodes"))
+        calls.clear()
+        assert ev.values(u).f == want.f and calls == []     # evaluate's answer serves values
     assert any(pv.levels for pv in st.providers)
 
 
