@@ -159,11 +159,19 @@ class DistributedEvaluator:
         local = np.zeros(st.n_nodes, dtype=bool)
         local[comm.local_nodes()] = True
         ent_local = local[pl.entry_node]
+        no_entry = np.zeros(0, dtype=np.int64)
 
         def sync(u: np.ndarray) -> np.ndarray:
+            """Every process's copies set from their primaries (one broadcast). In one
+            process each copy is its primary's own entry of u: the broadcast is counted and
+            changes nothing."""
+            if not self.spread:
+                comm.broadcast_take(pl, u, no_entry, slot="sync")
+                return u.copy()
             out = u.copy()
             out[pl.entry_q[ent_local]] = comm.broadcast(pl, u)[ent_local]
             return out
+
         def at_nonzeros(v: np.ndarray, nz: np.ndarray | None = None) -> np.ndarray:
             if nz is None:
                 return inner.nonzero_view(v)

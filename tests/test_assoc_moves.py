@@ -658,7 +658,7 @@ def test_the_tightening_and_moved_rows_read_only_their_nonzeros_bit_for_bit():
         du = np.zeros(st.n)
         j = rng.choice(ind, 3, replace=False)
         du[j] = rng.normal(0, 1, 3)
-        for views in (am.central_views(st), ev.move_views()):
+        for by_msgs, views in ((False, am.central_views(st)), (True, ev.move_views())):
             comm.snapshot()
             got = am.tighten_epigraphs(st, u, lin, free, views)
             part = comm.snapshot()
@@ -666,6 +666,13 @@ def test_the_tightening_and_moved_rows_read_only_their_nonzeros_bit_for_bit():
             assert np.array_equal(got, full)
             assert np.array_equal(part[0], comm.snapshot()[0])       # the same messages
             moved += int(np.sum(got != u))
+            if by_msgs:     # one process: the sync is counted as a broadcast, changes nothing
+                comm.snapshot()
+                synced = views.sync(got)
+                m_sync = comm.snapshot()[0]
+                comm.broadcast(ev.inner.plan, got)
+                assert np.array_equal(synced, got) and synced is not got
+                assert np.array_equal(m_sync, comm.snapshot()[0]) and m_sync.sum() > 0
             rows_full = lin.c + np.bincount(st.jac_rows, weights=lin.a * views.at_nonzeros(du),
                                             minlength=st.n_rows)
             rows = am._rows_moved(st, lin, du, views).c
