@@ -400,8 +400,8 @@ class Comm:
         a backend that keeps one, one per caller)."""
         return self.broadcast(plan, root_values)[at]
 
-    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray,
-                      slot: str = "max_at") -> np.ndarray:
+    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray
+                      ) -> np.ndarray:
         """``reduce(plan, e, op="max")`` where e holds the max of `values` at the entries `at`
         (repeats allowed) and -inf elsewhere."""
         e = np.full(len(plan.entry_q), -np.inf)
@@ -565,15 +565,13 @@ class LocalComm(Comm):
         self._charge(plan.down_msgs, plan.down_bytes, rv)
         return rv[cached_on_plan(plan, (slot,), at, lambda: plan.entry_q[at])]
 
-    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray,
-                      slot: str = "max_at") -> np.ndarray:
+    def reduce_max_at(self, plan: RelayPlan, at: np.ndarray, values: np.ndarray
+                      ) -> np.ndarray:
         """Same values as `Comm.reduce_max_at` (a max is exact, so the order is free), from
-        the entries `at` alone: ``plan.entry_q[at]`` composed once; messages as the full
-        reduce's."""
+        the entries `at` alone; messages as the full reduce's."""
         self._charge_width(plan.up_msgs, plan.up_bytes, 1)
         out = np.full(plan.n_quantities, -np.inf)
-        np.maximum.at(out, cached_on_plan(plan, (slot,), at, lambda: plan.entry_q[at]),
-                      values)
+        np.maximum.at(out, plan.entry_q[at], values)
         return out
 
     def broadcast_product(self, plan: RelayPlan, root_values: np.ndarray,

@@ -180,7 +180,7 @@ class DistributedEvaluator:
         def max_to_vars(z: np.ndarray, nz: np.ndarray | None = None) -> np.ndarray:
             if nz is None:
                 return self.var_max(z, -np.inf)
-            return comm.reduce_max_at(pl, inner.jent[nz], z, slot="move_max")
+            return comm.reduce_max_at(pl, inner.jent[nz], z)
         return MoveViews(at_nonzeros=at_nonzeros,
                          sum_to_vars=lambda z: comm.reduce(pl, np.bincount(
                              inner.jent, weights=z, minlength=E)),
