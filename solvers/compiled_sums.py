@@ -10,9 +10,9 @@ its negative-index test on every access, which otherwise costs more than the pro
 * `accumulate_rows(indptr, indices, data, x, square, out)`: ``out += A @ x`` (or
   ``A @ x**2``) as one running sum per row that continues from ``out[k]``: called once per
   block of ``hstack([A0, A1]) @ concatenate([x0, x1])`` it adds as that product does.
-* `entry_sums(qptr, ents, indptr, indices, data0, data1, x, out0, out1)`: per quantity,
-  its entries' term sums added in entry order, for two maps of one pattern in one pass
-  (`dec_comm.LocalComm.reduce_product`).
+* `entry_sums(qptr, eptr, xi, data0, data1, x, out0, out1)`: per quantity, its entries'
+  term sums added in entry order, for two maps of one pattern in one pass, from the terms
+  laid out in the order they are added (`dec_comm.LocalComm.reduce_product`).
 """
 from __future__ import annotations
 
@@ -51,31 +51,31 @@ def accumulate_rows(indptr, indices, data, x, square, out) -> None:
 
 
 @njit(cache=True, nogil=True)
-def entry_sums(qptr, ents, indptr, indices, data0, data1, x, out0, out1) -> None:
-    """out0[q] and out1[q], for two maps of one pattern (values data0 and data1, each index
-    read once): the sum over quantity q's entries ents[qptr[q]:qptr[q + 1]] (in that order;
-    entries without terms left out) of each entry's terms data[t] * x[indices[t]]: an entry
-    with one term adds that product, a longer one the running sum of its terms from 0.0:
-    `Comm.reduce_product`'s sums (``S @ x`` per entry, then the root's sum in entry order;
-    an entry without terms adds 0.0, which changes no sum that starts from +0.0)."""
+def entry_sums(qptr, eptr, xi, data0, data1, x, out0, out1) -> None:
+    """out0[q] and out1[q], for two maps of one pattern: the sum over quantity q's entries
+    k in qptr[q]:qptr[q + 1] (in that order; entries without terms left out) of each
+    entry's terms data[t] * x[xi[t]], t in eptr[k]:eptr[k + 1] (the terms stored in the
+    order they are added, so only x is gathered): an entry with one term adds that
+    product, a longer one the running sum of its terms from 0.0: `Comm.reduce_product`'s
+    sums (``S @ x`` per entry, then the root's sum in entry order; an entry without terms
+    adds 0.0, which changes no sum that starts from +0.0)."""
     for q in range(len(out0)):
         s0 = 0.0
         s1 = 0.0
         k = qptr[q]
         kend = qptr[q + 1]
         while k < kend:
-            e = ents[k]
-            t = indptr[e]
-            end = indptr[e + np.uint64(1)]
+            t = eptr[k]
+            end = eptr[k + np.uint64(1)]
             if end - t == np.uint64(1):
-                xv = x[indices[t]]
+                xv = x[xi[t]]
                 s0 += data0[t] * xv
                 s1 += data1[t] * xv
             else:
                 p0 = 0.0
                 p1 = 0.0
                 while t < end:
-                    xv = x[indices[t]]
+                    xv = x[xi[t]]
                     p0 += data0[t] * xv
                     p1 += data1[t] * xv
                     t += np.uint64(1)

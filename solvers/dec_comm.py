@@ -543,7 +543,8 @@ class LocalComm(Comm):
         """The same sums as `Comm.reduce_product` (each entry's value as ``S @ x`` adds it,
         then the root adds its entries in entry order), in compiled passes
         (`compiled_sums.entry_sums`: two maps of one pattern in one pass, others one each)
-        over the entries of each quantity, listed once per set of maps (`_entry_lists`)."""
+        over the entries of each quantity, their terms laid out once per set of maps in the
+        order they are added (`_entry_lists`)."""
         xv = np.ascontiguousarray(x, dtype=float)
         m = len(maps)
         self._charge_width(plan.up_msgs, plan.up_bytes, m)
@@ -551,9 +552,9 @@ class LocalComm(Comm):
                                lambda: _entry_lists(plan, maps))
         out = np.empty((m, plan.n_quantities))
         row = 0
-        for qptr, ents, indptr, indices, datas in lists:
+        for qptr, eptr, xi, datas in lists:
             pair = len(datas) == 2      # a map alone: the kernel's second sum is thrown away
-            compiled_sums.entry_sums(qptr, ents, indptr, indices, datas[0], datas[-1], xv,
+            compiled_sums.entry_sums(qptr, eptr, xi, datas[0], datas[-1], xv,
                                      out[row], out[row + 1] if pair else np.empty(len(out[row])))
             row += len(datas)
         return out.T
@@ -608,9 +609,10 @@ class LocalComm(Comm):
 
 def _entry_lists(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> list[tuple]:
     """What `compiled_sums.entry_sums` reads, per map S (rows: entries), or once for two maps
-    of one pattern: (qptr, ents, S's pattern, [S's values, ...]), ents the entries with terms
-    grouped by quantity in entry order (the order of `plan.summer()`, the root's own sum),
-    qptr where each quantity's start."""
+    of one pattern: (qptr, eptr, xi, [S's values, ...]), the terms of the entries with terms
+    in the order they are added: entries grouped by quantity in entry order (the order of
+    `plan.summer()`, the root's own sum), each entry's terms in S's stored order; qptr where
+    each quantity's entries start, eptr where each entry's terms start, xi their columns."""
     order = plan.summer().indices
     mats = [sp.csr_matrix(S) for S in maps]
     shared = len(mats) == 2 and all(np.array_equal(getattr(mats[0], f), getattr(mats[1], f))
@@ -618,12 +620,16 @@ def _entry_lists(plan: RelayPlan, maps: Sequence[sp.spmatrix]) -> list[tuple]:
     out = []
     for group in ([mats] if shared else [[S] for S in mats]):
         S = group[0]
-        ents = order[np.diff(S.indptr)[order] > 0]
+        lens = np.diff(S.indptr)[order]
+        ents = order[lens > 0]
+        lens = lens[lens > 0]
         qptr = np.concatenate([[0], np.cumsum(np.bincount(plan.entry_q[ents],
                                                           minlength=plan.n_quantities))])
-        indptr, indices = compiled_sums.unsigned_csr(S.indptr, S.indices)
-        out.append((qptr.astype(np.uint64), ents.astype(np.uint32), indptr, indices,
-                    [np.ascontiguousarray(A.data, dtype=float) for A in group]))
+        eptr = np.concatenate([[0], np.cumsum(lens)])
+        terms = np.repeat(S.indptr[ents] - eptr[:-1], lens) + np.arange(eptr[-1])
+        eptr, xi = compiled_sums.unsigned_csr(eptr, S.indices[terms])
+        out.append((qptr.astype(np.uint64), eptr, xi,
+                    [np.ascontiguousarray(A.data[terms], dtype=float) for A in group]))
     return out
 
 
