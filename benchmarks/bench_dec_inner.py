@@ -6,6 +6,9 @@ stores (sparse duals, work per node proportional to its rows and degree: docs/de
     python -m benchmarks.bench_dec_inner [--quick] [--seed 0] [--sizes small,20x10x5x5]
         [--iters 300]
 
+A size is a preset or UESxBSSxDCSxROUNDS, with xREACH added for each UE's nearest BSs only
+(the generator's `reach`; every link without it), e.g. 200x40x10x2x5.
+
 For each size: build the per-node structure, linearise at w^0, run `--iters` inner iterations
 of the same surrogate in both modes (same iterates; checked; three alternating runs per mode,
 the best time of each counts: the shared machine's load only adds) and report the time per inner
@@ -38,8 +41,9 @@ def one(spec: str, seed: int, iters: int, repeats: int = 3) -> dict:
     if spec in ("tiny", "small", "paper"):
         inst = make_instance(spec, seed=seed, rounds=2)
     else:
-        N, B, S, T = (int(x) for x in spec.split("x"))
-        inst = make_instance("paper", seed=seed, ues=N, bss=B, dcs=S, rounds=T)
+        N, B, S, T, *reach = (int(x) for x in spec.split("x"))
+        inst = make_instance("paper", seed=seed, ues=N, bss=B, dcs=S, rounds=T,
+                             **({"reach": reach[0]} if reach else {}))
     st = build_structure(inst)
     lin = st.linearise(st.u0)
     k = resolve_constants({"inner_iters": iters})
@@ -80,7 +84,7 @@ def one(spec: str, seed: int, iters: int, repeats: int = 3) -> dict:
 
 def main(argv=None) -> int:
     ap = common.parser(__doc__)
-    ap.add_argument("--sizes", default=None, help="presets or UESxBSSxDCSxROUNDS list")
+    ap.add_argument("--sizes", default=None, help="presets or UESxBSSxDCSxROUNDS[xREACH] list")
     ap.add_argument("--iters", type=int, default=300)
     args = ap.parse_args(argv)
     sizes = args.sizes or ("small" if args.quick else "small,20x10x5x5")

@@ -75,3 +75,13 @@ def test_exp1_refuses_a_non_positive_vartheta(tmp_path, capsys):
     assert exc.value.code == 2
     assert "--vartheta must be > 0, got 0.0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_bench_dec_inner_reads_a_reach_and_its_modes_agree():
+    """`bench_dec_inner`'s UESxBSSxDCSxROUNDSxREACH builds the instance with that reach (fewer
+    UE-BS links, so fewer shared variables than every link), and both modes end at the same
+    iterate."""
+    from benchmarks.bench_dec_inner import one
+    full, near = one("12x6x3x2", 3, 20, repeats=1), one("12x6x3x2x2", 3, 20, repeats=1)
+    assert near["shared_variables"] < full["shared_variables"]
+    assert full["same_iterate"] and near["same_iterate"]

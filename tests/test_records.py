@@ -70,6 +70,13 @@ def test_values_from_hand_records(tmp_path):
             [200, 40, 10, 1, "search-free", 20.0, 490, 1.0, "", "hhhhhhh", m],
             [1000, 100, 20, 2, "default", 900.0, 2100, 0.75, "search budget", "ggggggg", m],
             [1000, 100, 20, 2, "search-free", 150.0, 2000, 1.0, "", "hhhhhhh", m]])
+    table = _hook(tmp_path).dec_scale_table().splitlines()
+    assert table[2:] == [
+        "| 200 / 40 / 10 | 1 | default | 100.0 s | 500 MB | 0.9000000 | completed | `ggggggg` |",
+        "| 200 / 40 / 10 | 1 | search-free | 20.0 s | 490 MB | 1.0000000 | – | `hhhhhhh` |",
+        "| 1,000 / 100 / 20 | 2 | default | 900.0 s | 2,100 MB | 0.7500000 | search budget | "
+        "`ggggggg` |",
+        "| 1,000 / 100 / 20 | 2 | search-free | 150.0 s | 2,000 MB | 1.0000000 | – | `hhhhhhh` |"]
     v = _hook(tmp_path).values()
     assert (v["dec_200_wall"], v["dec_200_mem"], v["dec_200_below_free"]) == (
         "100.0 s", "500 MB", "10.0 %")
@@ -93,10 +100,49 @@ def test_values_from_hand_records(tmp_path):
     assert v["dec_quality_commits"] == "`aaaaaaa` / `bbbbbbb`"
 
 
+def _run_folder(path: Path) -> Path:
+    """A finished run's two files the main job's record reads (hand values)."""
+    path.mkdir()
+    _write(path / "solvers.csv", ["method", "status", "objective", "bound", "wall_s",
+                                  "gap_to_best_known", "gap_to_bound"],
+           [["decentralized", "stalled", 1.02, "", 20.5, 0.02, 0.2],
+            ["ipopt-enum", "locally_optimal", 1.0, "", 100.25, 0.0, 0.25],
+            ["decomposed-bound", "time_limit", "", 0.8, 30.0, "", ""]])
+    (path / "summary.json").write_text('{"wall_s": 232.4}', encoding="utf-8")
+    return path
+
+
+def test_the_main_job_record_and_its_table_from_a_hand_run(tmp_path):
+    from benchmarks.record_main_job import record
+    machine = "hand machine"
+    df = record(_run_folder(tmp_path / "run"), 1279.0, "abc1234", machine)
+    assert df["gap_to_best_pct"].tolist()[:2] == [2.0, 0.0]
+    assert df["gap_to_bound_pct"].tolist()[:2] == [20.0, 25.0]
+    assert set(df["job_wall_s"]) == {232.4} and set(df["commit"]) == {"abc1234"}
+    (tmp_path / "records").mkdir()
+    df.to_csv(tmp_path / "records" / "main_job.csv", index=False)
+    table = _hook(tmp_path / "records").main_job_table().splitlines()
+    assert table[2:5] == [
+        "| `decentralized` | stalled | 1.0200000 | 2.000 | 20.00 | 20.5 |",
+        "| `ipopt-enum` | locally_optimal | 1.0000000 | 0.000 | 25.00 | 100.2 |",
+        "| `decomposed-bound` | time_limit | bound 0.8000000 | – | – | 30.0 |"]
+    assert table[-1] == ("The whole job: 3 min 52 s, its largest process 1,279 MB peak RSS; "
+                         "recorded at `abc1234` (hand machine).")
+
+
+@pytest.mark.parametrize("field, args", [
+    ("--commit", (1.0, "HEAD", "m")), ("--machine", (1.0, "abc1234", " ")),
+    ("--peak-rss-mb", (0.0, "abc1234", "m"))])
+def test_the_main_job_record_refuses_a_bad_stamp(tmp_path, field, args):
+    from benchmarks.record_main_job import record
+    with pytest.raises(ValueError, match=f"^{field}"):
+        record(_run_folder(tmp_path / "run"), *args)
+
+
 def test_every_record_row_is_stamped(hook):
     files = sorted(hook.RECORDS.glob("*.csv"))
     assert {p.stem for p in files} == {"dec_quality", "mpi_scale", "inner_cost", "exp1_energy",
-                                       "flower", "dec_scale"}
+                                       "flower", "dec_scale", "main_job"}
     for path in files:
         for row in hook.load(path.stem):
             assert re.fullmatch(r"[0-9a-f]{7}", row["commit"]), (path.name, row)
@@ -111,6 +157,11 @@ def test_record_blocks_of_every_page_agree_with_the_records(hook):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name in ("headline-readme", "limits", "mpi-scale"):
         assert f"<!-- record: {name} -->" in readme
+    scale = (ROOT / "docs" / "results" / "scale.md").read_text(encoding="utf-8")
+    for name in ("dec-scale", "mpi-scale"):      # the page's latest records, at its top
+        assert f"<!-- record: {name} -->" in scale.split("\n## ", 2)[1]
+    job = (ROOT / "docs" / "results" / "main-job.md").read_text(encoding="utf-8")
+    assert "<!-- record: main-job -->" in job.split("\n## ", 2)[1]
 
 
 def test_a_changed_number_in_a_block_is_caught(hook):

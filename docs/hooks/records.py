@@ -231,11 +231,48 @@ def mpi_table() -> str:
     ]) + "\n"
 
 
+def dec_scale_table() -> str:
+    """The `dec_scale` record as a table: the default `decentralized` and its search-free run
+    per size."""
+    rows = ["| UEs / BSs / DCs | seed | config | wall | peak RSS | objective | search stop | "
+            "recorded at |", "|---|---|---|---|---|---|---|---|"]
+    for r in load("dec_scale"):
+        rows.append(f"| {int(r['ues']):,} / {r['bss']} / {r['dcs']} | {r['seed']} | "
+                    f"{r['config']} | {float(r['wall_s']):.1f} s | "
+                    f"{float(r['peak_rss_mb']):,.0f} MB | {float(r['objective']):.7f} | "
+                    f"{r['search_stop'] or '–'} | `{r['commit']}` |")
+    return "\n".join(rows) + "\n"
+
+
+def _num(x: str, fmt: str) -> str:
+    return format(float(x), fmt) if x else "–"
+
+
+def main_job_table() -> str:
+    """The `main_job` record: each method of the last recorded `cefl-opt run` (the bound's
+    row gives its proven bound), then the whole job's time and memory."""
+    rows = ["| method | status | objective | gap % to best | gap % to the bound | wall s |",
+            "|---|---|---|---|---|---|"]
+    recs = load("main_job")
+    for r in recs:
+        obj = _num(r["objective"], ".7f") if r["objective"] else \
+            f"bound {_num(r['bound'], '.7f')}"
+        rows.append(f"| `{r['method']}` | {r['status']} | {obj} | "
+                    f"{_num(r['gap_to_best_pct'], '.3f')} | {_num(r['gap_to_bound_pct'], '.2f')} "
+                    f"| {_num(r['wall_s'], '.1f')} |")
+    wall = float(recs[0]["job_wall_s"])
+    return ("\n".join(rows) + f"\n\nThe whole job: {int(wall // 60)} min {wall % 60:.0f} s, its "
+            f"largest process {float(recs[0]['job_peak_rss_mb']):,.0f} MB peak RSS; recorded "
+            f"at {_commits(recs)} ({recs[0]['machine']}).\n")
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "headline-readme": lambda: headline("docs/results/"),
     "headline": lambda: headline(""),
     "headline-home": lambda: headline("results/"),
     "mpi-scale": mpi_table,
+    "dec-scale": dec_scale_table,
+    "main-job": main_job_table,
     "limits": limits,
 }
 
