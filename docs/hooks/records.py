@@ -248,6 +248,32 @@ def _num(x: str, fmt: str) -> str:
     return format(float(x), fmt) if x else "–"
 
 
+def dec_quality_table() -> str:
+    """The `dec_quality` record per (preset, seed): each method's objective and gap to the
+    best known (the least answer of the three), the proven bound (the record's digits) and its
+    gap, and each method's wall and CPU seconds."""
+    rows = ["| preset, seed | " + " | ".join(f"`{m}` (gap)" for m in DEC_METHODS)
+            + " | best known | bound (gap) | " + " | ".join(f"`{m}` s wall / CPU"
+                                                          for m in DEC_METHODS) + " |",
+            "|---|" + "---|" * (2 * len(DEC_METHODS) + 2)]
+    seeds: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    for r in load("dec_quality"):
+        seeds.setdefault((r["preset"], r["seed"]), {})[r["method"]] = r
+    for (preset, seed), rec in seeds.items():
+        best = min(float(rec[m]["objective"]) for m in DEC_METHODS)
+        cells = [f"{float(rec[m]['objective']):.7f} "
+                 f"({_pct(100 * (float(rec[m]['objective']) / best - 1), digits=3)})"
+                 for m in DEC_METHODS]
+        bound = rec.get("decomposed-bound")
+        cells += [f"{best:.7f}", "–" if bound is None else
+                  f"{bound['objective']} "
+                  f"({_pct(100 * (best - float(bound['objective'])) / best, False, 1)})"]
+        cells += [f"{float(rec[m]['wall_s']):.0f} / {float(rec[m]['cpu_s']):.0f}"
+                  for m in DEC_METHODS]
+        rows.append(f"| {preset} {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def main_job_table() -> str:
     """The `main_job` record: each method of the last recorded `cefl-opt run` (the bound's
     row gives its proven bound), then the whole job's time and memory."""
@@ -273,6 +299,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "mpi-scale": mpi_table,
     "dec-scale": dec_scale_table,
     "main-job": main_job_table,
+    "dec-quality": dec_quality_table,
     "limits": limits,
 }
 
