@@ -259,8 +259,9 @@ def dec_quality_table() -> str:
     seeds: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
     for r in load("dec_quality"):
         seeds.setdefault((r["preset"], r["seed"]), {})[r["method"]] = r
+    quality = {p: dec_quality(p) for p in dict.fromkeys(p for p, _ in seeds)}
     for (preset, seed), rec in seeds.items():
-        best = min(float(rec[m]["objective"]) for m in DEC_METHODS)
+        best = quality[preset][seed]["best"]
         cells = [f"{float(rec[m]['objective']):.7f} "
                  f"({_pct(100 * (float(rec[m]['objective']) / best - 1), digits=3)})"
                  for m in DEC_METHODS]
