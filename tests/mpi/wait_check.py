@@ -5,7 +5,7 @@ the solution's gather) while rank 1 has not arrived (it sleeps). Each rank print
 ready" before that, and "rank R interrupted" when a KeyboardInterrupt reaches it, then ends
 the launch with exit 130 as the command line does (`abort_launch_on_failure`), after a grace
 of `GRACE` seconds: the abort kills every rank, so without it a rank that wakes first could
-kill the other before it prints (seen under the suite's load). A rank deaf inside a blocking
+kill the other before it prints (likelier on a loaded machine). A rank deaf inside a blocking
 collective never prints its line, grace or not: the launcher kills it when the other rank
 ends."""
 from __future__ import annotations
