@@ -431,8 +431,9 @@ def summary_tables(df) -> dict[str, Any]:
     inst = df.groupby("instance").agg(regime=("regime", "first"), best=("best", "first"))
     per = inst.groupby("regime").agg(instances=("best", "size"),
                                      with_feasible=("best", lambda b: int(b.notna().sum())))
+    broke = df["violations"].astype(object).fillna("").astype(str).str.split(";")
     for name in INVARIANTS:
-        hit = df[df["violations"].fillna("").str.split(";").apply(lambda v: name in v)]
+        hit = df[broke.apply(lambda v: name in v)]
         per[name] = hit.groupby("regime")["instance"].nunique()
     per = per.fillna(0).astype(int)
     per.loc["all"] = per.sum()

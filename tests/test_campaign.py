@@ -259,3 +259,23 @@ def test_summary_counts_instances_violations_and_gaps_by_hand():
     # two shards of the same rows: twice the instances, none merged across shards
     both = cp.summary_tables(cp.combine([df, df]))["per_regime"]
     assert both.loc["all", "instances"] == 6 and both.loc["all", "bound"] == 2
+
+
+def test_summary_of_a_campaign_csv_without_violations(tmp_path):
+    """Read back from its CSV, a campaign with no violation has an all-empty (float) violations
+    column: every invariant counts 0, without pandas' warning on filling floats with text."""
+    import warnings
+
+    import pandas as pd
+    from cefl_opt.generator import make_instance
+    inst = make_instance("tiny", ues=1, bss=1, dcs=1, rounds=1, seed=0)
+    runs = [_run("greedy-rate", 4.0), _run("scip", None, bound=3.0)]
+    pd.DataFrame(cp.instance_rows(0, "a", inst, runs, cp.check_invariants(runs))).to_csv(
+        tmp_path / "c.csv", index=False)
+    df = pd.read_csv(tmp_path / "c.csv")
+    assert df["violations"].isna().all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        per = cp.summary_tables(df)["per_regime"]
+    assert per.loc["all", list(cp.INVARIANTS)].tolist() == [0] * len(cp.INVARIANTS)
+    assert per.loc["all", "instances"] == 1 and per.loc["all", "with_feasible"] == 1

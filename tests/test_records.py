@@ -61,8 +61,9 @@ def test_values_from_hand_records(tmp_path):
     _write(tmp_path / "exp1_energy.csv", ["pair", "seed", "accuracy_pct", "energy_saving_pct",
                                           "commit", "machine"],
            [["3/3", 0, 70, 20.0, "eeeeeee", m], ["3/3", 0, 60, 10.0, "eeeeeee", m]])
-    _write(tmp_path / "flower.csv", ["engine", "like_for_like_ratio", "commit", "machine"],
-           [["local", 1.0, "fffffff", m], ["flower", 1.25, "fffffff", m]])
+    _write(tmp_path / "flower.csv", ["engine", "per round, like for like", "commit", "machine"],
+           [["local", 1.0, "fffffff", m], ["flower, Ray 1 CPU", 1.25, "fffffff", m],
+            ["flower, Ray 2 CPUs", "", "fffffff", m]])
     _write(tmp_path / "dec_scale.csv", ["ues", "bss", "dcs", "seed", "config", "wall_s",
                                         "peak_rss_mb", "objective", "search_stop", "commit",
                                         "machine"],
@@ -147,13 +148,15 @@ def test_the_main_job_record_refuses_a_bad_stamp(tmp_path, field, args):
         record(_run_folder(tmp_path / "run"), *args)
 
 
-def test_every_record_row_is_stamped(hook):
+def test_every_record_row_is_stamped_and_every_record_is_shown(hook):
     files = sorted(hook.RECORDS.glob("*.csv"))
-    assert {p.stem for p in files} == {"dec_quality", "mpi_scale", "inner_cost", "exp1_energy",
-                                       "flower", "dec_scale", "main_job"}
+    shown = (ROOT / "docs" / "hooks" / "records.py").read_text("utf-8") + "".join(
+        p.read_text("utf-8") for p in hook.pages())
     for path in files:
+        assert (f'load("{path.stem}")' in shown or f"table/{path.stem} " in shown
+                or f"cell:{path.stem}/" in shown), f"{path.name}: no page shows it"
         for row in hook.load(path.stem):
-            assert re.fullmatch(r"[0-9a-f]{7}", row["commit"]), (path.name, row)
+            assert re.fullmatch(r"[0-9a-f]{7}( / [0-9a-f]{7})*", row["commit"]), (path.name, row)
             assert row["machine"].strip(), (path.name, row)
 
 
@@ -206,7 +209,8 @@ def test_scale_table_agrees_with_its_record(hook):
     for r in hook.load("mpi_scale"):        # the pages say: the same objective, bit for bit
         objective.setdefault(r["ues"], set()).add(r["objective"])
     assert all(len(v) == 1 for v in objective.values()), objective
-    table = _section("scale.md", "## Only the entries with terms travel")
+    table = (ROOT / "docs" / "history" / "scale.md").read_text(encoding="utf-8").split(
+        "## Only the entries with terms travel", 1)[1].split("\n## ", 1)[0]
     for r in hook.load("mpi_scale"):
         size = f"{r['ues']}/{r['bss']}/{r['dcs']}"
         m = re.search(rf"^\| {size} \| {r['ranks']} \| ([\d.]+) \|[^|]*\| ([\d,]+) \|", table,
@@ -227,3 +231,50 @@ def test_no_page_speaks_of_releases():
                          r"release after|release's", line, re.I):
                 found.append(f"{path.relative_to(ROOT)}:{k}")
     assert found == []
+
+
+@pytest.mark.parametrize("text, typed", [
+    ("took 95.4 s and 12 %", ["95.4 s", "12 %"]), ("0.82x the time, 1,279 MB", ["0.82x", "1,279 MB"]),
+    ("an objective of 1.3705", ["1.3705"]), ("T = 3 on 200 UEs, seeds 9401–9412", []),
+    ("`--time-limit 1.5` and [x](a/1.5.md)", []), ("[[rec:dec_200_wall]] and [[cell:a/b/1.5 s]]", []),
+    ("<!-- record: table/a -->\n| 1.5 s |\n<!-- /record -->", []), ("```\n2.5 s\n```", [])])
+def test_typed_numbers_finds_measurements_outside_records(hook, text, typed):
+    assert hook.typed_numbers(text) == typed
+
+
+@pytest.mark.parametrize("page", [p.name if p.parent.name != "results" else "results/" + p.name
+                                  for p in _hook().recorded_pages()])
+def test_recorded_pages_type_no_measured_number(hook, page):
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    assert hook.typed_numbers(path.read_text(encoding="utf-8")) == []
+
+
+def test_table_block_renders_a_hand_record_with_its_stamp(tmp_path):
+    _write(tmp_path / "t.csv", ["engine", "s per round", "commit", "machine"],
+           [["local", "10.34", "aaaaaaa", "m1"], ["flower", "", "aaaaaaa", "m1"]])
+    _write(tmp_path / "u.csv", ["k", "v", "commit", "machine"],
+           [["a", "1", "aaaaaaa", "m1"], ["b", "2", "bbbbbbb", "m2"]])
+    mod = _hook(tmp_path)
+    assert mod.table("t") == ("| engine | s per round |\n|---|---|\n| local | 10.34 |\n"
+                              "| flower | – |\n\nRecorded at `aaaaaaa` (m1).\n")
+    assert mod.table("u").splitlines()[2:4] == ["| a | 1 | `aaaaaaa` |", "| b | 2 | `bbbbbbb` |"]
+    assert mod.table("u").endswith("Recorded (m1; m2).\n")
+    page = "<!-- record: table/t -->\nstale\n<!-- /record -->\nlocal: [[cell:t/local/s per round]] s"
+    assert mod.render(page).endswith("<!-- /record -->\nlocal: 10.34 s")
+    with pytest.raises(KeyError, match="'nope'"):
+        mod.render("[[cell:t/nope/s per round]]")
+    with pytest.raises(KeyError, match="table/missing"):
+        mod.render("<!-- record: table/missing -->\n<!-- /record -->")
+
+
+def test_campaign_block_is_the_campaigns_report_of_its_record(tmp_path):
+    cols = list(_hook().CAMPAIGN_COLUMNS) + ["commit", "machine"]
+    rows = [["0:0", "base", 2, 1, "greedy-rate", "ok", "", 4.0, 0.5, "", "", "aaaaaaa", "m"],
+            ["0:0", "base", 2, 1, "scip", "ok", 0.25, 4.0, 1.0, 1.0, "", "aaaaaaa", "m"],
+            ["1:0", "rates", 5, 3, "greedy-rate", "infeasible", "", "", 0.7, "", "", "aaaaaaa", "m"]]
+    _write(tmp_path / "campaign.csv", cols, rows)
+    text = _hook(tmp_path).campaign_report()
+    assert text.startswith("2 instances, 3 method runs.")
+    assert "| base     | scip     |       1 | 25 %  |" in text
+    assert text.endswith("Sizes: 2–5 UEs (median 3.5); instances per T: 1: 1, 3: 1; 1 have a "
+                         "feasible point. Recorded at `aaaaaaa` (m).\n")

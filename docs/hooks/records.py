@@ -4,9 +4,13 @@ the commit it ran at and the machine).
 
 * `[[rec:NAME]]` in a page is replaced by the value NAME (`values()`), e.g.
   `[[rec:dec_paper_median_gap]]` by `+0.04 %`;
+* `[[cell:NAME/ROW/COLUMN]]` by one cell of record NAME: the row whose first column is ROW,
+  the column headed COLUMN;
 * a block between `<!-- record: NAME -->` and `<!-- /record -->` is replaced by the text
   `BLOCKS[NAME]` writes from the records (the committed text between the markers is what the
-  last `python docs/hooks/records.py` wrote; the tests check that it still agrees).
+  last `python docs/hooks/records.py` wrote; the tests check that it still agrees);
+  `<!-- record: table/NAME -->` is record NAME itself as a table (`table()`): a hand record,
+  typed once into its CSV from the run it names.
 
 The README is not part of the site, and a page's Markdown should read right too:
 `python docs/hooks/records.py` rewrites the blocks of the README and of every page, and
@@ -26,7 +30,9 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "docs" / "results" / "records"
 INLINE = re.compile(r"\[\[rec:([a-z0-9_]+)\]\]")
-BLOCK = re.compile(r"(<!-- record: ([a-z0-9-]+) -->\n)(.*?)(<!-- /record -->)", re.S)
+CELL = re.compile(r"\[\[cell:([a-z0-9_]+)/([^\]/]+)/([^\]]+)\]\]")
+BLOCK = re.compile(r"(<!-- record: ([a-z0-9_/-]+) -->\n)(.*?)(<!-- /record -->)", re.S)
+STAMP = ("commit", "machine")
 DEC_METHODS = ("decentralized", "decentralized-polish", "ipopt-enum")
 
 
@@ -133,8 +139,9 @@ def values() -> dict[str, str]:
     v["exp1_accuracies"] = " / ".join(f"{float(r['accuracy_pct']):.0f}" for r in exp1)
     v["exp1_savings"] = " / ".join(f"−{float(r['energy_saving_pct']):.1f}" for r in exp1) + " %"
     v["exp1_commits"] = _commits(exp1)
-    flower = [r for r in load("flower") if r["engine"] != "local"]
-    v["flower_ratio"] = _ratio(float(flower[0]["like_for_like_ratio"]))
+    flower = [r for r in load("flower") if "flower" in r["engine"]
+              and r["per round, like for like"]]
+    v["flower_ratio"] = _ratio(float(flower[0]["per round, like for like"]))
     v["flower_commits"] = _commits(load("flower"))
     return v
 
@@ -183,10 +190,13 @@ def _headline_rows(link: Callable[[str], str]) -> list[tuple[str, str, str]]:
     ]
 
 
+HEADLINE_RECORDS = ("dec_quality", "dec_scale", "exp1_energy", "flower", "inner_cost",
+                    "mpi_scale")
+
+
 def machines() -> str:
-    """The machines of every record, as a sentence."""
-    names = dict.fromkeys(r["machine"] for name in sorted(p.stem for p in RECORDS.glob("*.csv"))
-                          for r in load(name))
+    """The machines of the headline's records, as a sentence."""
+    names = dict.fromkeys(r["machine"] for name in HEADLINE_RECORDS for r in load(name))
     return "Machines: " + "; ".join(names) + "."
 
 
@@ -293,6 +303,56 @@ def main_job_table() -> str:
             f"at {_commits(recs)} ({recs[0]['machine']}).\n")
 
 
+CAMPAIGN_COLUMNS = ("instance", "regime", "N", "T", "method", "status", "bound_gap", "best",
+                    "wall_s", "time_limit", "violations")
+
+
+def campaign_report() -> str:
+    """The `campaign` record (the shards of `python -m benchmarks.campaign`, their rows'
+    `CAMPAIGN_COLUMNS`) as the campaign's own report (`benchmarks.campaign.report`), with its
+    sizes and stamp."""
+    import pandas as pd
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.campaign import report
+    df = pd.read_csv(RECORDS / "campaign.csv", dtype={"instance": str, "violations": str})
+    inst = df.groupby("instance").agg(N=("N", "first"), T=("T", "first"), best=("best", "first"))
+    per_t = ", ".join(f"{t}: {k}" for t, k in inst["T"].value_counts().sort_index().items())
+    recs = load("campaign")
+    return (report(df) + f"\n\nSizes: {inst['N'].min()}–{inst['N'].max()} UEs (median "
+            f"{inst['N'].median():g}); instances per T: {per_t}; "
+            f"{int(inst['best'].notna().sum())} have a feasible point. Recorded at "
+            f"{_commits(recs)} ({recs[0]['machine']}).\n")
+
+
+def table(name: str) -> str:
+    """Record `name` as a Markdown table: its columns as headed in the CSV, less the stamp;
+    the commit per row where the rows' commits differ, and the commits and machines below."""
+    recs = load(name)
+    if not recs:
+        raise ValueError(f"docs: record {name!r} has no rows")
+    cols = [c for c in recs[0] if c not in STAMP]
+    per_row = len({r["commit"] for r in recs}) > 1
+    head = cols + (["recorded at"] if per_row else [])
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in recs:
+        cells = [r[c] or "–" for c in cols] + ([f"`{r['commit']}`"] if per_row else [])
+        rows.append("| " + " | ".join(cells) + " |")
+    where = "; ".join(dict.fromkeys(r["machine"] for r in recs))
+    stamp = "" if per_row else f" at {_commits(recs)}"
+    return "\n".join(rows) + f"\n\nRecorded{stamp} ({where}).\n"
+
+
+def cell(name: str, row: str, column: str) -> str:
+    """One cell of record `name`: the row whose first column is `row`, the column `column`."""
+    recs = load(name)
+    first = next(iter(recs[0]))
+    hits = [r for r in recs if r[first] == row]
+    if len(hits) != 1 or column not in hits[0]:
+        raise KeyError(f"docs: record {name!r} has no single row {row!r} with column {column!r}")
+    return hits[0][column]
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "headline-readme": lambda: headline("docs/results/"),
     "headline": lambda: headline(""),
@@ -302,6 +362,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "main-job": main_job_table,
     "dec-quality": dec_quality_table,
     "limits": limits,
+    "campaign": campaign_report,
 }
 
 
@@ -313,14 +374,41 @@ def render(markdown: str) -> str:
         return values()[m.group(1)]
 
     def block(m: re.Match) -> str:
-        if m.group(2) not in BLOCKS:
-            raise KeyError(f"docs: unknown record block {m.group(2)!r}")
-        return m.group(1) + BLOCKS[m.group(2)]() + m.group(4)
-    return INLINE.sub(inline, BLOCK.sub(block, markdown))
+        name = m.group(2)
+        if name.startswith("table/") and (RECORDS / f"{name[6:]}.csv").is_file():
+            return m.group(1) + table(name[6:]) + m.group(4)
+        if name not in BLOCKS:
+            raise KeyError(f"docs: unknown record block {name!r}")
+        return m.group(1) + BLOCKS[name]() + m.group(4)
+    markdown = CELL.sub(lambda m: cell(*m.groups()), BLOCK.sub(block, markdown))
+    return INLINE.sub(inline, markdown)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs' API
     return render(markdown)
+
+
+MEASURED = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?\s?(?:%|(?:s|ms|min|h|KB|MB|GB|x)\b)"
+                      r"|(?<![\w.])\d+\.\d+")
+UNTYPED = (re.compile(r"<!-- record: [a-z0-9_/-]+ -->\n.*?<!-- /record -->", re.S),
+           re.compile(r"```.*?```", re.S), re.compile(r"`[^`\n]*`"), re.compile(r"\]\([^)]*\)"),
+           INLINE, CELL)
+
+
+def typed_numbers(markdown: str) -> list[str]:
+    """The measured-looking numbers typed into `markdown`: a decimal, or a number with a unit
+    of time, memory, percent or ratio, outside the record blocks, the inline values, code and
+    link targets. The README, the home page and the results pages have none: their numbers
+    come from the records."""
+    for pattern in UNTYPED:
+        markdown = pattern.sub(" ", markdown)
+    return MEASURED.findall(markdown)
+
+
+def recorded_pages() -> list[Path]:
+    """The pages whose every number comes from a record."""
+    return ([ROOT / "README.md", ROOT / "docs" / "index.md"]
+            + sorted((ROOT / "docs" / "results").glob("*.md")))
 
 
 def pages() -> list[Path]:
