@@ -6,7 +6,7 @@ comparison of decentralised and centralised solutions as users see it.
         [--rounds-paper 3] [--rounds-small 2]
         [--methods decentralized,decentralized-polish,ipopt-enum]
         [--bound-method decomposed-bound] [--bound-time 600] [--bound-presets paper]
-        [--jobs 1] [--reuse]
+        [--bound-set KEY=VALUE ...] [--best-known RECORD.csv] [--jobs 1] [--reuse]
 
 For every (preset, seed) the instance is written with `cefl-opt network generate`'s generator,
 and each method runs with its defaults in a process of its own (`--worker`), so that its wall
@@ -35,6 +35,11 @@ the bound's median gap at most 10 %.
 The measurement of record ran as: `--bound-time 180` (3 min, not the issue's 10), with the
 methods of each seed in several processes at once (`--methods`, then `--reuse` to assemble),
 so wall times are under load; the CPU seconds are the time alone.
+
+`--bound-set KEY=VALUE` passes an option to the bound method (as `cefl-opt solve --set`, e.g.
+`m_levels=2`). `--best-known RECORD.csv` takes each seed's best known objective from a quality
+record (`docs/results/records/dec_quality.csv`: the least objective of its methods' rows) and
+runs the bound only, without the methods.
 
 The default seeds are seeds no test uses. --quick: two small seeds, a 20 s bound.
 --jobs J: runs in J processes (wall times are then measured under that load).
@@ -186,7 +191,7 @@ def bound_jobs(args, runs: Path, commit: str, best: dict) -> list[dict]:
     for p, s in seeds_of(args):
         if p not in args.bound_presets:
             continue
-        opts = {"time_limit": args.bound_time}
+        opts = {"time_limit": args.bound_time, **args.bound_options}
         if np.isfinite(best.get((p, s), np.nan)) and args.bound_method in INCUMBENT_METHODS:
             opts["incumbent"] = float(best[(p, s)])
         out.append(_job(args, runs, commit, p, s, args.bound_method, opts))
@@ -224,8 +229,21 @@ def run_all(jobs: list[dict], n_jobs: int) -> list[dict]:
     return recs
 
 
-def seed_rows(jobs: list[dict], recs: list[dict], bound_method: str) -> pd.DataFrame:
-    """One row per (preset, seed): each method's columns, best known, the gaps and the bound."""
+def record_best(path: str) -> dict:
+    """(preset, seed) -> the least objective of the methods' rows (not the bound's) of a
+    quality record (columns preset, seed, method, objective)."""
+    rec = pd.read_csv(path)
+    rec = rec[rec["method"].isin(METHODS)]
+    if rec.empty:
+        raise ValueError(f"no row of the methods {', '.join(METHODS)}")
+    return {(p, int(s)): float(v) for (p, s), v in
+            rec.groupby(["preset", "seed"])["objective"].min().items()}
+
+
+def seed_rows(jobs: list[dict], recs: list[dict], bound_method: str,
+              best: dict | None = None) -> pd.DataFrame:
+    """One row per (preset, seed): each method's columns, best known (the least feasible
+    objective of the row, or `best`'s where given), the gaps and the bound."""
     rows: dict[tuple, dict] = {}
     for j, r in zip(jobs, recs):
         row = rows.setdefault((j["preset"], j["seed"]),
@@ -246,7 +264,8 @@ def seed_rows(jobs: list[dict], recs: list[dict], bound_method: str) -> pd.DataF
             row["bound_incumbent"] = r.get("key", {}).get("options", {}).get("incumbent")
     df = pd.DataFrame(list(rows.values()))
     objs = df.filter(regex="_objective$")
-    df["best_known"] = objs.min(axis=1)
+    df["best_known"] = objs.min(axis=1) if best is None else \
+        [best.get((p, s), np.nan) for p, s in zip(df["preset"], df["seed"])]
     for col in objs.columns:
         df[col.replace("_objective", "_gap")] = df[col] / df["best_known"] - 1.0
     if "bound" in df:
@@ -363,6 +382,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600.0,
                     help="seconds after which a run is killed and recorded as crashed")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    ap.add_argument("--bound-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an option of the bound method (repeatable)")
+    ap.add_argument("--best-known", metavar="RECORD.csv",
+                    help="each seed's best known from this quality record; the methods do not run")
     ap.add_argument("--reuse", action="store_true",
                     help="take a run's record again when it has the same method and options")
     args = suite.start(argv, seed=False)
@@ -378,16 +401,31 @@ def main(argv=None) -> int:
             ap.error(f"--methods/--bound-method: unknown method {m!r} ({', '.join(known)})")
     if args.bound_time < 0 or args.jobs < 1:
         ap.error(f"--bound-time must be >= 0 and --jobs >= 1, got {args.bound_time}, {args.jobs}")
+    from cefl_opt.solvers.base import options_classes
+    from cefl_opt.solvers.options import OptionError, build_options, parse_set_items
+    cls = options_classes()[args.bound_method]
+    try:
+        args.bound_options = parse_set_items(cls, args.bound_set)
+        build_options(cls, args.bound_options)           # each value's range, as `solve`'s
+    except OptionError as e:
+        ap.error(f"--bound-set: {e}")
+    if args.best_known is not None:
+        try:
+            args.best = record_best(args.best_known)
+        except (OSError, KeyError, ValueError) as e:
+            ap.error(f"--best-known: cannot read {args.best_known!r}: {e}")
     args.seeds_small, args.seeds_paper = _ints(args.seeds_small), _ints(args.seeds_paper)
     if args.quick:
         args.presets, args.seeds_small, args.bound_time = ["small"], args.seeds_small[:2], 20.0
     runs = suite.out / "dec_quality_runs"
     runs.mkdir(parents=True, exist_ok=True)
     commit = _commit()
-    jobs = method_jobs(args, runs, commit)
+    jobs = [] if args.best_known else method_jobs(args, runs, commit)
     recs = run_all(jobs, args.jobs)
-    bjobs = bound_jobs(args, runs, commit, best_known(jobs, recs))
-    df = seed_rows(jobs + bjobs, recs + run_all(bjobs, args.jobs), args.bound_method)
+    best = args.best if args.best_known else best_known(jobs, recs)
+    bjobs = bound_jobs(args, runs, commit, best)
+    df = seed_rows(jobs + bjobs, recs + run_all(bjobs, args.jobs), args.bound_method,
+                   best if args.best_known else None)
     suite.csv(df, "dec_quality.csv")
     figure(df, suite.path("dec_quality.png"))
     from cefl_opt.io import write_atomic

@@ -98,7 +98,7 @@ def test_the_bound_gets_each_seeds_best_known_as_incumbent(tmp_path):
     args = argparse.Namespace(presets=["paper"], seeds_paper=[1, 2], seeds_small=[],
                               rounds_paper=1, rounds_small=1, bound_time=5.0,
                               bound_method="decomposed-bound", reuse=False, timeout=10.0,
-                              bound_presets=["paper"])
+                              bound_presets=["paper"], bound_options={})
     bj = bq.bound_jobs(args, tmp_path, "c", best)
     assert [j["options"] for j in bj] == [{"time_limit": 5.0, "incumbent": 1.1},
                                           {"time_limit": 5.0}]
@@ -106,3 +106,41 @@ def test_the_bound_gets_each_seeds_best_known_as_incumbent(tmp_path):
                          "c", best) == []
     assert bq.bound_jobs(argparse.Namespace(**{**vars(args), "bound_presets": ["small"]}),
                          tmp_path, "c", best) == []
+
+
+def test_bound_only_from_a_records_best_known_with_the_bounds_options(tmp_path):
+    """--best-known: each seed's least objective of the methods' rows (the bound's row is not
+    an answer); --bound-set options reach every bound job; the table's gaps are to that best."""
+    import argparse
+    rec = tmp_path / "q.csv"
+    pd.DataFrame([["paper", 1, "decentralized", 1.02], ["paper", 1, "ipopt-enum", 1.01],
+                  ["paper", 1, "decomposed-bound", 0.90], ["paper", 2, "decentralized", 2.0]],
+                 columns=["preset", "seed", "method", "objective"]).to_csv(rec, index=False)
+    best = bq.record_best(str(rec))
+    assert best == {("paper", 1): 1.01, ("paper", 2): 2.0}
+    args = argparse.Namespace(presets=["paper"], seeds_paper=[1], seeds_small=[],
+                              rounds_paper=1, rounds_small=1, bound_time=5.0,
+                              bound_method="decomposed-bound", reuse=False, timeout=10.0,
+                              bound_presets=["paper"], bound_options={"m_levels": 2})
+    bj = bq.bound_jobs(args, tmp_path, "c", best)
+    assert [j["options"] for j in bj] == [{"time_limit": 5.0, "m_levels": 2, "incumbent": 1.01}]
+    df = bq.seed_rows(bj, [_rec(None, bound=0.9595)], "decomposed-bound", best).set_index("seed")
+    assert df.loc[1, "best_known"] == 1.01
+    assert df.loc[1, "bound_gap"] == pytest.approx(0.05)
+    empty = tmp_path / "e.csv"
+    pd.DataFrame([["paper", 1, "decomposed-bound", 0.9]],
+                 columns=["preset", "seed", "method", "objective"]).to_csv(empty, index=False)
+    with pytest.raises(ValueError, match="no row of the methods"):
+        bq.record_best(str(empty))
+
+
+@pytest.mark.parametrize("argv, field", [(["--bound-set", "m_levls=1"], "--bound-set"),
+                                         (["--bound-set", "m_levels=-1"], "--bound-set"),
+                                         (["--best-known", "/nonexistent/q.csv"], "--best-known")])
+def test_bad_bound_options_and_records_are_refused_naming_the_flag(tmp_path, capsys, argv,
+                                                                  field):
+    with pytest.raises(SystemExit) as e:
+        bq.main(argv + ["--out-dir", str(tmp_path), "--methods", "", "--bound-time", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert field in err and "Traceback" not in err
