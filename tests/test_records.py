@@ -42,14 +42,20 @@ def test_values_from_hand_records(tmp_path):
     # best known per seed is the least of the three methods; dec gaps 0 %, 1 %, 3 %
     for seed, dec, pol, enum, bound in ((1, 1.00, 1.10, 1.00, 0.90), (2, 2.02, 2.00, 2.01, 1.90),
                                         (3, 1.03, 1.05, 1.00, 0.95)):
-        rows += [["paper", seed, "decentralized", dec, 40, 30 + seed, "aaaaaaa", m],
-                 ["paper", seed, "decentralized-polish", pol, 9, 9, "bbbbbbb", m],
-                 ["paper", seed, "ipopt-enum", enum, 300, 120 * seed, "aaaaaaa", m],
-                 ["paper", seed, "decomposed-bound", bound, "", "", "bbbbbbb", m]]
-    rows += [["small", 7, meth, obj, 1, 1, "aaaaaaa", m] for meth, obj in
+        rows += [["paper", seed, "decentralized", dec, 40, 30 + seed, "", "", "aaaaaaa", m],
+                 ["paper", seed, "decentralized-polish", pol, 9, 9, "", "", "bbbbbbb", m],
+                 ["paper", seed, "ipopt-enum", enum, 300, 120 * seed, "", "", "aaaaaaa", m],
+                 ["paper", seed, "decomposed-bound", bound, 301.5, 290, 446,
+                  "time_limit=300 m_levels=2", "bbbbbbb", m]]
+    rows += [["small", 7, meth, obj, 1, 1, "", "", "aaaaaaa", m] for meth, obj in
              (("decentralized", 1.005), ("decentralized-polish", 1.0), ("ipopt-enum", 1.0))]
     _write(tmp_path / "dec_quality.csv", ["preset", "seed", "method", "objective", "wall_s",
-                                          "cpu_s", "commit", "machine"], rows)
+                                          "cpu_s", "peak_rss_mb", "options", "commit",
+                                          "machine"], rows)
+    _write(tmp_path / "dec_bound.csv", ["preset, seed", "bound (gap to it)", "commit",
+                                        "machine"],
+           [["paper 1", "0.8000 (20.0 %)", "eeeeeee", m], ["paper 3", "0.9000 (9.0 %)",
+                                                           "eeeeeee", m]])
     _write(tmp_path / "mpi_scale.csv", ["ues", "bss", "dcs", "ranks", "wall_s", "peak_rss_mb",
                                         "objective", "commit", "machine"],
            [[200, 40, 10, 1, 20.0, 400, 1, "ccccccc", m], [200, 40, 10, 2, 15.0, 300, 1, "ccccccc", m],
@@ -73,10 +79,10 @@ def test_values_from_hand_records(tmp_path):
             [1000, 100, 20, 2, "search-free", 150.0, 2000, 1.0, "", "hhhhhhh", m]])
     quality = _hook(tmp_path).dec_quality_table().splitlines()
     assert quality[2] == ("| paper 1 | 1.0000000 (+0.000 %) | 1.1000000 (+10.000 %) | "
-                          "1.0000000 (+0.000 %) | 1.0000000 | 0.9 (10.0 %) | 40 / 31 | "
+                          "1.0000000 (+0.000 %) | 1.0000000 | 0.9000000 (10.00 %) | 40 / 31 | "
                           "9 / 9 | 300 / 120 |")
     assert quality[3].startswith("| paper 2 | 2.0200000 (+1.000 %) | 2.0000000 (+0.000 %) | "
-                                 "2.0100000 (+0.500 %) | 2.0000000 | 1.9 (5.0 %) |")
+                                 "2.0100000 (+0.500 %) | 2.0000000 | 1.9000000 (5.00 %) |")
     assert quality[5] == ("| small 7 | 1.0050000 (+0.500 %) | 1.0000000 (+0.000 %) | "
                           "1.0000000 (+0.000 %) | 1.0000000 | – | 1 / 1 | 1 / 1 | 1 / 1 |")
     table = _hook(tmp_path).dec_scale_table().splitlines()
@@ -107,6 +113,14 @@ def test_values_from_hand_records(tmp_path):
     assert v["exp1_savings"] == "−10.0 / −20.0 %" and v["exp1_accuracies"] == "60 / 70"
     assert v["flower_ratio"] == "1.25x"
     assert v["dec_quality_commits"] == "`aaaaaaa` / `bbbbbbb`"
+    assert v["bound_options"] == "5 min, `m_levels = 2`"
+    table = _hook(tmp_path).bound_table().splitlines()
+    assert table[0].endswith("| bound at `eeeeeee` (gap) |")
+    # seed 1: best 1.00 (ipopt-enum), bound 0.90: 10 %; the earlier bound 0.80: 20 % of it
+    assert table[2] == ("| 1 | 1.0000000 | 0.9000000 (10.00 %) | 5 min, `m_levels = 2` | "
+                        "302 / 290 | 446 | 0.8000 (20.00 %) |")
+    assert table[3].endswith("| – |")                   # seed 2 has no earlier bound
+    assert table[4].startswith("| 3 | 1.0000000 | 0.9500000 (5.00 %) |")
 
 
 def _run_folder(path: Path) -> Path:
@@ -234,9 +248,11 @@ def test_no_page_speaks_of_releases():
 
 
 @pytest.mark.parametrize("text, typed", [
-    ("took 95.4 s and 12 %", ["95.4 s", "12 %"]), ("0.82x the time, 1,279 MB", ["0.82x", "1,279 MB"]),
+    ("took 95.4 s and 12 %", ["95.4 s", "12 %"]),
+    ("0.82x the time, 1,279 MB", ["0.82x", "1,279 MB"]),
     ("an objective of 1.3705", ["1.3705"]), ("T = 3 on 200 UEs, seeds 9401–9412", []),
-    ("`--time-limit 1.5` and [x](a/1.5.md)", []), ("[[rec:dec_200_wall]] and [[cell:a/b/1.5 s]]", []),
+    ("`--time-limit 1.5` and [x](a/1.5.md)", []),
+    ("[[rec:dec_200_wall]] and [[cell:a/b/1.5 s]]", []),
     ("<!-- record: table/a -->\n| 1.5 s |\n<!-- /record -->", []), ("```\n2.5 s\n```", [])])
 def test_typed_numbers_finds_measurements_outside_records(hook, text, typed):
     assert hook.typed_numbers(text) == typed
@@ -259,7 +275,8 @@ def test_table_block_renders_a_hand_record_with_its_stamp(tmp_path):
                               "| flower | – |\n\nRecorded at `aaaaaaa` (m1).\n")
     assert mod.table("u").splitlines()[2:4] == ["| a | 1 | `aaaaaaa` |", "| b | 2 | `bbbbbbb` |"]
     assert mod.table("u").endswith("Recorded (m1; m2).\n")
-    page = "<!-- record: table/t -->\nstale\n<!-- /record -->\nlocal: [[cell:t/local/s per round]] s"
+    page = ("<!-- record: table/t -->\nstale\n<!-- /record -->\n"
+            "local: [[cell:t/local/s per round]] s")
     assert mod.render(page).endswith("<!-- /record -->\nlocal: 10.34 s")
     with pytest.raises(KeyError, match="'nope'"):
         mod.render("[[cell:t/nope/s per round]]")
@@ -271,7 +288,8 @@ def test_campaign_block_is_the_campaigns_report_of_its_record(tmp_path):
     cols = list(_hook().CAMPAIGN_COLUMNS) + ["commit", "machine"]
     rows = [["0:0", "base", 2, 1, "greedy-rate", "ok", "", 4.0, 0.5, "", "", "aaaaaaa", "m"],
             ["0:0", "base", 2, 1, "scip", "ok", 0.25, 4.0, 1.0, 1.0, "", "aaaaaaa", "m"],
-            ["1:0", "rates", 5, 3, "greedy-rate", "infeasible", "", "", 0.7, "", "", "aaaaaaa", "m"]]
+            ["1:0", "rates", 5, 3, "greedy-rate", "infeasible", "", "", 0.7, "", "", "aaaaaaa",
+             "m"]]
     _write(tmp_path / "campaign.csv", cols, rows)
     text = _hook(tmp_path).campaign_report()
     assert text.startswith("2 instances, 3 method runs.")

@@ -62,6 +62,13 @@ def dec_quality(preset: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def _options(text: str) -> str:
+    """A bound row's options (`time_limit=300 m_levels=2`) as the pages say them."""
+    opts = dict(item.split("=", 1) for item in text.split())
+    out = [f"{float(opts.pop('time_limit')) / 60:g} min"] if "time_limit" in opts else []
+    return ", ".join(out + [f"`{k} = {v}`" for k, v in opts.items()])
+
+
 def _pct(x: float, sign: bool = True, digits: int = 2) -> str:
     return f"{x:+.{digits}f} %" if sign else f"{x:.{digits}f} %"
 
@@ -108,6 +115,8 @@ def values() -> dict[str, str]:
     v["bound_median_gap"] = _pct(statistics.median(bound), False, 1)
     v["bound_max_gap"] = _pct(max(bound), False, 1)
     v["bound_min_gap"] = _pct(min(bound), False, 1)
+    v["bound_options"] = ", ".join(dict.fromkeys(
+        _options(r["options"]) for r in load("dec_quality") if r["method"] == "decomposed-bound"))
     v["dec_quality_commits"] = _commits(load("dec_quality"))
     mpi = _mpi()
     for n in (200, 1000):
@@ -154,7 +163,7 @@ def _headline_rows(link: Callable[[str], str]) -> list[tuple[str, str, str]]:
          f"median {v['dec_paper_median_gap']}, max {v['dec_paper_max_gap']} (seed "
          f"{v['dec_paper_worst_seed']}); {v['dec_paper_cpu_min']}–{v['dec_paper_cpu_max']} of "
          f"CPU ({link('decentralized')})", v["dec_quality_commits"]),
-        ("proven lower bound (`decomposed-bound`, 3 min), same seeds",
+        (f"proven lower bound (`decomposed-bound`, {v['bound_options']}), same seeds",
          f"gap to best known: median {v['bound_median_gap']}, max {v['bound_max_gap']}",
          v["dec_quality_commits"]),
         (f"`decentralized` vs best known, {v['dec_small_seeds']} unseen `small` seeds (T = 2)",
@@ -260,8 +269,8 @@ def _num(x: str, fmt: str) -> str:
 
 def dec_quality_table() -> str:
     """The `dec_quality` record per (preset, seed): each method's objective and gap to the
-    best known (the least answer of the three), the proven bound (the record's digits) and its
-    gap, and each method's wall and CPU seconds."""
+    best known (the least answer of the three), the proven bound and its gap, and each
+    method's wall and CPU seconds."""
     rows = ["| preset, seed | " + " | ".join(f"`{m}` (gap)" for m in DEC_METHODS)
             + " | best known | bound (gap) | " + " | ".join(f"`{m}` s wall / CPU"
                                                           for m in DEC_METHODS) + " |",
@@ -277,11 +286,32 @@ def dec_quality_table() -> str:
                  for m in DEC_METHODS]
         bound = rec.get("decomposed-bound")
         cells += [f"{best:.7f}", "–" if bound is None else
-                  f"{bound['objective']} "
-                  f"({_pct(100 * (best - float(bound['objective'])) / best, False, 1)})"]
+                  f"{float(bound['objective']):.7f} "
+                  f"({_pct(100 * (best - float(bound['objective'])) / best, False, 2)})"]
         cells += [f"{float(rec[m]['wall_s']):.0f} / {float(rec[m]['cpu_s']):.0f}"
                   for m in DEC_METHODS]
         rows.append(f"| {preset} {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def bound_table() -> str:
+    """Per paper seed of the `dec_quality` record: the best known, the proven bound and its
+    gap, its options, wall and CPU seconds and peak RSS, and the bound of the `dec_bound`
+    record (an earlier one) with its gap to the same best known."""
+    old = {r["preset, seed"]: float(r["bound (gap to it)"].split()[0]) for r in load("dec_bound")}
+    quality = dec_quality("paper")
+    rows = ["| seed | best known | bound (gap) | options | s wall / CPU | peak RSS MB | "
+            f"bound at {_commits(load('dec_bound'))} (gap) |", "|---|---|---|---|---|---|---|"]
+    for r in load("dec_quality"):
+        if r["preset"] != "paper" or r["method"] != "decomposed-bound":
+            continue
+        best, b = quality[r["seed"]]["best"], float(r["objective"])
+        was = old.get(f"paper {r['seed']}")
+        then = "–" if was is None else f"{was:.4f} ({_pct(100 * (best - was) / best, False)})"
+        gap = _pct(100 * (best - b) / best, False)
+        rows.append(f"| {r['seed']} | {best:.7f} | {b:.7f} ({gap}) | {_options(r['options'])} | "
+                    f"{float(r['wall_s']):.0f} / {float(r['cpu_s']):.0f} | "
+                    f"{_num(r['peak_rss_mb'], '.0f')} | {then} |")
     return "\n".join(rows) + "\n"
 
 
@@ -361,6 +391,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "dec-scale": dec_scale_table,
     "main-job": main_job_table,
     "dec-quality": dec_quality_table,
+    "bound": bound_table,
     "limits": limits,
     "campaign": campaign_report,
 }
