@@ -349,10 +349,18 @@ class _MeasuredPopen(subprocess.Popen):
 
 def run_child(cmd: list[str], timeout: float, *, preexec_fn=None, tail: int = 2000) -> ChildRun:
     """Run `cmd` in a session of its own (from ROOT); at the timeout its whole process group is
-    killed. On a loaded machine the CPU seconds are the better measure of the time alone."""
+    killed, and the child is killed when this process dies (a session of its own does not hear
+    the signal that ended its parent). On a loaded machine the CPU seconds are the better
+    measure of the time alone."""
+    from cefl_opt.solvers.isolation import die_with_parent
+
+    def start() -> None:
+        die_with_parent()
+        if preexec_fn is not None:
+            preexec_fn()
     t0 = time.perf_counter()
     p = _MeasuredPopen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, start_new_session=True, preexec_fn=preexec_fn)
+                       text=True, start_new_session=True, preexec_fn=start)
     try:
         out, _ = p.communicate(timeout=timeout)
         rc = p.returncode
