@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -372,6 +373,15 @@ def run_child(cmd: list[str], timeout: float, *, preexec_fn=None, tail: int = 20
     return ChildRun(rc, time.perf_counter() - t0,
                     float("nan") if u is None else u.ru_maxrss / 1024.0,
                     float("nan") if u is None else u.ru_utime + u.ru_stime, (out or "")[-tail:])
+
+
+def check_stamp(commit: str, machine: str) -> None:
+    """A record row's stamp (`docs/results/records/`): a 7-digit short commit and a machine;
+    ValueError naming the flag otherwise."""
+    if not re.fullmatch(r"[0-9a-f]{7}", commit):
+        raise ValueError(f"--commit: {commit!r} is not a 7-digit short commit")
+    if not machine.strip():
+        raise ValueError("--machine: empty")
 
 
 # ---- the skeleton every suite uses -------------------------------------------------------------

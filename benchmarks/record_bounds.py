@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.common import check_stamp
 from cefl_opt.io import write_csv_atomic
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "results" / "records" / "dec_quality.csv"
@@ -32,10 +33,7 @@ NAME = re.compile(r"(?P<preset>[a-z]+)_(?P<seed>\d+)_T\d+\.(?P<method>[a-z-]+)\.
 def bound_rows(runs: Path, commit: str, machine: str) -> pd.DataFrame:
     """One row per bound run record in folder `runs` (`bench_dec_quality`'s run records whose
     method is `decomposed-bound` and that proved a bound)."""
-    if not re.fullmatch(r"[0-9a-f]{7}", commit):
-        raise ValueError(f"--commit: {commit!r} is not a 7-digit short commit")
-    if not machine.strip():
-        raise ValueError("--machine: empty")
+    check_stamp(commit, machine)
     rows = []
     for path in sorted(runs.glob("*.decomposed-bound.record.json")):
         m, rec = NAME.fullmatch(path.name), json.loads(path.read_text(encoding="utf-8"))

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.common import check_stamp
 from cefl_opt.io import write_csv_atomic
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "results" / "records" / "main_job.csv"
@@ -26,10 +26,7 @@ COLUMNS = ("method", "status", "objective", "bound", "gap_to_best_pct", "gap_to_
 
 def record(run: Path, peak_rss_mb: float, commit: str, machine: str) -> pd.DataFrame:
     """The record's rows for the run in folder `run` (gaps in per cent)."""
-    if not re.fullmatch(r"[0-9a-f]{7}", commit):
-        raise ValueError(f"--commit: {commit!r} is not a 7-digit short commit")
-    if not machine.strip():
-        raise ValueError("--machine: empty")
+    check_stamp(commit, machine)
     if not peak_rss_mb > 0:
         raise ValueError(f"--peak-rss-mb: {peak_rss_mb!r} is not positive")
     s = pd.read_csv(run / "solvers.csv")
