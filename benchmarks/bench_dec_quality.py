@@ -53,6 +53,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -159,6 +160,11 @@ def _instance(preset: str, seed: int, rounds: int, runs: Path) -> Path:
     if not path.exists():
         make_instance(preset, seed=seed, rounds=rounds).save(path)
     return path
+
+
+#: the name of a run's record in the runs folder (`_job`'s stem + ".record.json")
+RUN_RECORD = re.compile(r"(?P<preset>[a-z]+)_(?P<seed>\d+)_T(?P<T>\d+)\.(?P<method>[a-z-]+)"
+                        r"\.record\.json")
 
 
 def _job(args, runs: Path, commit: str, preset: str, seed: int, method: str,
@@ -409,9 +415,10 @@ def main(argv=None) -> int:
         build_options(cls, args.bound_options)           # each value's range, as `solve`'s
     except OptionError as e:
         ap.error(f"--bound-set: {e}")
+    given = None                                     # best known from --best-known
     if args.best_known is not None:
         try:
-            args.best = record_best(args.best_known)
+            given = record_best(args.best_known)
         except (OSError, KeyError, ValueError) as e:
             ap.error(f"--best-known: cannot read {args.best_known!r}: {e}")
     args.seeds_small, args.seeds_paper = _ints(args.seeds_small), _ints(args.seeds_paper)
@@ -420,12 +427,10 @@ def main(argv=None) -> int:
     runs = suite.out / "dec_quality_runs"
     runs.mkdir(parents=True, exist_ok=True)
     commit = _commit()
-    jobs = [] if args.best_known else method_jobs(args, runs, commit)
+    jobs = [] if given is not None else method_jobs(args, runs, commit)
     recs = run_all(jobs, args.jobs)
-    best = args.best if args.best_known else best_known(jobs, recs)
-    bjobs = bound_jobs(args, runs, commit, best)
-    df = seed_rows(jobs + bjobs, recs + run_all(bjobs, args.jobs), args.bound_method,
-                   best if args.best_known else None)
+    bjobs = bound_jobs(args, runs, commit, best_known(jobs, recs) if given is None else given)
+    df = seed_rows(jobs + bjobs, recs + run_all(bjobs, args.jobs), args.bound_method, given)
     suite.csv(df, "dec_quality.csv")
     figure(df, suite.path("dec_quality.png"))
     from cefl_opt.io import write_atomic

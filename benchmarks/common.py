@@ -384,6 +384,19 @@ def check_stamp(commit: str, machine: str) -> None:
         raise ValueError("--machine: empty")
 
 
+def write_record(ap: argparse.ArgumentParser, build, path: Path) -> int:
+    """A record's rows, `build()` (a DataFrame), written atomically to `path`; a bad input
+    (OSError, KeyError, ValueError) is one `ap.error` naming it, and nothing is written."""
+    from cefl_opt.io import write_csv_atomic
+    try:
+        df = build()
+    except (OSError, KeyError, ValueError) as e:
+        ap.error(str(e))
+    write_csv_atomic(df, path)
+    print(f"wrote {path}")
+    return 0
+
+
 # ---- the skeleton every suite uses -------------------------------------------------------------
 class Suite:
     """The prologue and epilogue every suite repeats: the command line (``--quick``, ``--seed``,

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import check_stamp
-from cefl_opt.io import write_csv_atomic
+from benchmarks.bench_dec_quality import RUN_RECORD
+from benchmarks.common import check_stamp, write_record
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "results" / "records" / "dec_quality.csv"
 COLUMNS = ("preset", "seed", "method", "objective", "wall_s", "cpu_s", "peak_rss_mb",
            "options", "commit", "machine")
-NAME = re.compile(r"(?P<preset>[a-z]+)_(?P<seed>\d+)_T\d+\.(?P<method>[a-z-]+)\.record\.json")
 
 
 def bound_rows(runs: Path, commit: str, machine: str) -> pd.DataFrame:
@@ -36,7 +34,7 @@ def bound_rows(runs: Path, commit: str, machine: str) -> pd.DataFrame:
     check_stamp(commit, machine)
     rows = []
     for path in sorted(runs.glob("*.decomposed-bound.record.json")):
-        m, rec = NAME.fullmatch(path.name), json.loads(path.read_text(encoding="utf-8"))
+        m, rec = RUN_RECORD.fullmatch(path.name), json.loads(path.read_text(encoding="utf-8"))
         if m is None or rec.get("bound") is None:
             raise ValueError(f"{path}: not a bound run's record with a bound")
         opts = {k: v for k, v in rec["key"]["options"].items() if k != "incumbent"}
@@ -70,14 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--machine", required=True)
     ap.add_argument("--record", type=Path, default=RECORD)
     args = ap.parse_args(argv)
-    try:
-        out = merged(pd.read_csv(args.record), bound_rows(args.runs, args.commit,
-                                                          args.machine))
-    except (OSError, ValueError) as e:
-        ap.error(str(e))
-    write_csv_atomic(out, args.record)
-    print(f"record_bounds: wrote {args.record}")
-    return 0
+    return write_record(ap, lambda: merged(pd.read_csv(args.record), bound_rows(
+        args.runs, args.commit, args.machine)), args.record)
 
 
 if __name__ == "__main__":

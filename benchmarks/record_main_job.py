@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import check_stamp
-from cefl_opt.io import write_csv_atomic
+from benchmarks.common import check_stamp, write_record
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "results" / "records" / "main_job.csv"
 COLUMNS = ("method", "status", "objective", "bound", "gap_to_best_pct", "gap_to_bound_pct",
@@ -49,13 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--machine", required=True)
     ap.add_argument("--out", type=Path, default=RECORD)
     args = ap.parse_args(argv)
-    try:
-        df = record(args.run, args.peak_rss_mb, args.commit, args.machine)
-    except (OSError, KeyError, ValueError) as e:
-        ap.error(str(e))
-    write_csv_atomic(df, args.out)
-    print(f"wrote {args.out}")
-    return 0
+    return write_record(ap, lambda: record(args.run, args.peak_rss_mb, args.commit,
+                                           args.machine), args.out)
 
 
 if __name__ == "__main__":

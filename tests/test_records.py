@@ -168,7 +168,8 @@ def test_every_record_row_is_stamped_and_every_record_is_shown(hook):
         p.read_text("utf-8") for p in hook.pages())
     for path in files:
         assert (f'load("{path.stem}")' in shown or f"table/{path.stem} " in shown
-                or f"cell:{path.stem}/" in shown), f"{path.name}: no page shows it"
+                or f"cell:{path.stem}/" in shown or f"<!-- record: {path.stem} -->" in shown), \
+            f"{path.name}: no page shows it"
         for row in hook.load(path.stem):
             assert re.fullmatch(r"[0-9a-f]{7}( / [0-9a-f]{7})*", row["commit"]), (path.name, row)
             assert row["machine"].strip(), (path.name, row)

@@ -348,11 +348,11 @@ def campaign_report() -> str:
     df = pd.read_csv(RECORDS / "campaign.csv", dtype={"instance": str, "violations": str})
     inst = df.groupby("instance").agg(N=("N", "first"), T=("T", "first"), best=("best", "first"))
     per_t = ", ".join(f"{t}: {k}" for t, k in inst["T"].value_counts().sort_index().items())
-    recs = load("campaign")
+    stamp = df[["commit", "machine"]].drop_duplicates().to_dict("records")
     return (report(df) + f"\n\nSizes: {inst['N'].min()}–{inst['N'].max()} UEs (median "
             f"{inst['N'].median():g}); instances per T: {per_t}; "
             f"{int(inst['best'].notna().sum())} have a feasible point. Recorded at "
-            f"{_commits(recs)} ({recs[0]['machine']}).\n")
+            f"{_commits(stamp)} ({stamp[0]['machine']}).\n")
 
 
 def table(name: str) -> str:
