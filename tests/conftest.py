@@ -1,6 +1,8 @@
-"""Shared fixtures: a hand-made `tiny` instance with round numbers, random feasible points, and a
-paper instance saved once for the signal tests."""
+"""Shared fixtures: a hand-made `tiny` instance with round numbers, random feasible points, a
+paper instance saved once for the signal tests, and what /proc says of processes."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +179,23 @@ def pytest_collection_modifyitems(config, items):
         if used and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}::{used[0]}"))
     items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+
+
+def proc_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, parent pid, ...); None for
+    a process that is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def live(pids: list[int]) -> list[int]:
+    """Those of `pids` that still run (a zombie is gone for our purpose)."""
+    return [k for k in pids if (f := proc_fields(k)) and f[0] != "Z"]
+
+
+def live_children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is `pid`."""
+    kids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
+    return [k for k in kids if (f := proc_fields(k)) and f[0] != "Z" and int(f[1]) == pid]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import live
+
 from cefl_opt.solvers.base import SolverError
 from cefl_opt.solvers.isolation import (Isolated, NativeCrash, call_isolated, in_child,
                                         report_progress, run_together)
@@ -23,12 +25,7 @@ def _gone(pid: int, wait: float = 10.0) -> bool:
     """True once `pid` no longer exists (or is a zombie of another parent, reaped soon)."""
     end = time.monotonic() + wait
     while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        stat = Path(f"/proc/{pid}/stat")
-        if stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z":
+        if not live([pid]):
             return True
         time.sleep(0.05)
     return False

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import live, live_children
+
 from cefl_opt.generator import make_instance
 from cefl_opt.solvers.decentralized import solve_decentralized
 
@@ -202,26 +204,6 @@ def _eventually(cond, seconds: float = 60.0) -> bool:
     return cond()
 
 
-def _stat(pid) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state, parent pid, ...); None for
-    a process that is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-
-
-def _children(pid: int) -> list[int]:
-    """Pids of the live processes whose parent is `pid` (mpiexec's hydra proxies, which run in
-    sessions of their own and remove the launch's topology file when they end)."""
-    kids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
-    return [k for k in kids if (f := _stat(k)) and f[0] != "Z" and int(f[1]) == pid]
-
-
-def _alive(pids: list[int]) -> list[int]:
-    return [k for k in pids if (f := _stat(k)) and f[0] != "Z"]
-
-
 def _hydra_files() -> set[str]:
     """Hydra's (`mpiexec`'s) topology files in /tmp: one per launch, removed when the launch
     ends unless a rank called MPI_Abort. The tests run one launch at a time."""
@@ -251,7 +233,7 @@ def test_a_signal_ends_every_rank_and_leaves_nothing(tmp_path, paper_net, sig, c
                          env={**_env(), "TMPDIR": str(tmp)})
     time.sleep(8.0)                       # both ranks past start-up, even on a busy machine
     assert p.poll() is None, "the solve ended before the signal"
-    proxies = _children(p.pid)
+    proxies = live_children(p.pid)   # mpiexec's hydra proxies: sessions of their own
     if sig == "SIGINT":
         os.killpg(p.pid, signal.SIGINT)
     else:
@@ -260,9 +242,9 @@ def test_a_signal_ends_every_rank_and_leaves_nothing(tmp_path, paper_net, sig, c
     assert p.returncode == code, err
     assert [ln for ln in err.splitlines() if ln.startswith("cefl-opt")] == [line, line], err
     assert "Traceback" not in err and "MPI_Abort" not in err
-    _eventually(lambda: not (processes_naming(str(tmp_path)) or _alive(proxies))
+    _eventually(lambda: not (processes_naming(str(tmp_path)) or live(proxies))
                 and _hydra_files() <= before)   # the ranks and proxies go soon after
-    assert processes_naming(str(tmp_path)) == [] and _alive(proxies) == []
+    assert processes_naming(str(tmp_path)) == [] and live(proxies) == []
     assert sorted(x.name for x in tmp_path.iterdir()) == ["net.json", "tmpdir"]
     assert list(tmp.iterdir()) == []
     assert _hydra_files() <= before, "mpiexec left its topology file in /tmp"

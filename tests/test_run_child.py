@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from conftest import live, live_children
+
 from benchmarks import common
 
 PARENT = """
@@ -16,44 +18,23 @@ common.run_child([sys.executable, "-c",
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:                  # a zombie is gone for our purpose
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _child_of(pid: int) -> int | None:
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry.isdigit() and int(fields[1]) == pid:
-            return int(entry)
-    return None
-
-
 def test_the_child_dies_with_the_benchmark_that_started_it():
     parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=common.ROOT)
     deadline, child = time.monotonic() + 60, None
     while child is None and time.monotonic() < deadline:
-        child = _child_of(parent.pid)
+        child = next(iter(live_children(parent.pid)), None)
         time.sleep(0.1)
     try:
-        assert child is not None and _alive(child)
+        assert child is not None and live([child])
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while live([child]) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(child)
+        assert live([child]) == []
     finally:                                   # a failure leaves nothing running either
         parent.kill()
-        if child is not None and _alive(child):
+        if child is not None and live([child]):
             os.kill(child, signal.SIGKILL)
 
 
