@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +62,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem
 
 from .base import Results, SolutionStatus, TerminationCondition, solve
-from .isolation import die_with_parent
+from .isolation import Isolated, die_with_parent, run_together
 from .options import BoundOptions, OptionError
 from .scip_interface import QuietScip, finite, scip_params
 
@@ -235,7 +236,20 @@ def ml_floor(inst: Instance, weights: dict[str, float] | None = None,
     noise = 16.0 * L * vt * ts * math.sqrt(d / T) / np.sqrt(g2) / m_hi
     local = 12.0 * L ** 2 * d * ts / T * np.maximum(gmin / g2, 1.0 / (d * T)) / m_hi
     hetero = 12.0 * L ** 2 * z2 * d / T * np.maximum(gmin ** 2 / g2, g1 / (d * T) ** 2)
-    return xi1 * (c0 * F0 + noise + local + hetero), xi1 * c0
+    F = xi1 * (c0 * F0 + noise + local + hetero)
+    return np.where(step_allows(inst, g1, g2), F, np.inf), xi1 * c0
+
+
+def step_allows(inst: Instance, g1: np.ndarray, g2: np.ndarray) -> np.ndarray:
+    """Per cell [g1, g2] of gbar, whether some point in it can meet Theorem 1's step-size row
+    4 d L^2 g_max (g_max - 1)(2 zeta1^2 + 1) <= gbar T (`models.problem._step_row`): its left
+    side grows with g_max from 1/2 on, and g_max >= max(gamma_min, gbar / (d T)) >=
+    max(gamma_min, g1 / (d T)), while gbar T <= g2 T. A cell where even that least left side
+    exceeds g2 T holds no feasible point of P (`ml_floor` gives it +inf)."""
+    d, T = inst.I, inst.T
+    g = np.maximum(np.maximum(inst.gamma_min, np.asarray(g1) / (d * T)), 0.5)
+    lhs = 4.0 * d * inst.L ** 2 * g * (g - 1.0) * (2.0 * inst.zeta1 ** 2 + 1.0)
+    return lhs <= np.asarray(g2) * T * (1.0 + 1e-12)
 
 
 #: SCIP's termination names under which a round's floor is all that SCIP can give
@@ -245,6 +259,8 @@ NOT_RUN = "notRun"
 #: the status of a subproblem above the first level that the least over the aggregators did
 #: not need (its floor: the levels' below)
 NOT_NEEDED = "notNeeded"
+#: the status of a subproblem while its solve runs
+RUNNING = "running"
 #: the least time worth giving SCIP for one subproblem (s); with less left, the cuts only
 MIN_SHARE = 0.05
 #: the part of each share that SCIP gets; the rest covers loading the model into SCIP
@@ -286,73 +302,119 @@ class DecomposedBound:
 
 
 class _Rounds:
-    """The round subproblems of `decomposed_bound` under one deadline. Each keeps the cuts'
-    floor `cut[t][k]` (or a lower level's) where SCIP proves less or no time is left."""
+    """The round subproblems of `decomposed_bound` under one deadline, up to `workers` at a
+    time, each SCIP solve in a child process of its own (`isolation.Isolated`). Each keeps the
+    cuts' floor `cut[t][k]` (or a lower level's) where SCIP proves less or no time is left."""
 
-    def __init__(self, inst: Instance, weights, seed: int, deadline: float, a, caps, cut, bar):
+    def __init__(self, inst: Instance, weights, seed: int, deadline: float, a, caps, cut, bar,
+                 workers: int = 1):
         self.inst, self.weights, self.seed, self.deadline = inst, weights, seed, deadline
-        self.a, self.caps, self.cut, self.bar = a, caps, cut, bar
-        self.models: dict = {}
+        self.a, self.caps, self.cut, self.bar, self.workers = a, caps, cut, bar, workers
 
     def first(self, mu: float, reserve: int) -> Level:
-        """Every round subproblem with m = mu, each with an equal share of the time left over
-        the subproblems still to run and `reserve` more to come after."""
+        """Every round subproblem with m = mu (`_run`)."""
         T, S = self.inst.T, self.inst.S
         lv = Level(mu, [row[:] for row in self.cut], [[NOT_RUN] * S for _ in range(T)])
-        jobs = [(t, k) for t in range(T) for k in range(S)]
-        for i, (t, k) in enumerate(jobs):
-            self.run(lv, t, k, (self.deadline - _now()) / (len(jobs) - i + reserve))
-            self._tick()
+        self._run([(lv, t, k) for t in range(T) for k in range(S)], reserve)
         return lv
 
     def above(self, mu: float, below: list[list[float]], reserve: int) -> Level:
-        """The level at mu over the greatest floors `below` of the levels under it: each round
-        gets an equal share of the time left over the rounds still to run and `reserve` more;
-        its aggregators go in the order of their floors and stop at the first whose floor is
-        at least the least that this level proved: the least over k cannot change then. The
-        others keep their floors (status `NOT_NEEDED`)."""
+        """The level at mu over the greatest floors `below` of the levels under it. Each
+        round's aggregators go in the order of their floors, the rounds taking turns; one is
+        skipped (status `NOT_NEEDED`) when its floor is at least the least that this level has
+        proved for its round: the least over k cannot change then."""
         T, S = self.inst.T, self.inst.S
         lv = Level(mu, [row[:] for row in below], [[NOT_NEEDED] * S for _ in range(T)])
-        for t in range(T):
-            end = _now() + (self.deadline - _now()) / (T - t + reserve)
-            order = sorted(range(S), key=lambda k: below[t][k])
-            least = math.inf
-            for i, k in enumerate(order):
-                n = sum(1 for j in order[i:] if below[t][j] < least)
-                if n == 0:
-                    break
-                lv.status[t][k] = NOT_RUN
-                self.run(lv, t, k, (end - _now()) / n)
-                least = min(least, lv.floors[t][k])
-            self._tick()
+        order = [sorted(range(S), key=lambda k, t=t: below[t][k]) for t in range(T)]
+
+        def least(t: int) -> float:
+            return min((lv.floors[t][j] for j in range(S)
+                        if lv.status[t][j] not in (NOT_NEEDED, RUNNING)), default=math.inf)
+
+        def needed(t: int, k: int) -> bool:
+            return below[t][k] < least(t)
+
+        def expected(pending) -> int:
+            """One job for a round with none proved yet, else its jobs still needed."""
+            todo = {t for _, t, _ in pending if least(t) == math.inf}
+            return len(todo) + sum(1 for _, t, k in pending if t not in todo and needed(t, k))
+        self._run([(lv, t, order[t][i]) for i in range(S) for t in range(T)], reserve, needed,
+                  expected)
         return lv
 
     def rerun(self, levels: list[Level]) -> None:
         """Those that ran out of time, again, with what the others left: the lowest level
         first, since its floors hold in every cell of m_min above it."""
-        todo = [(lv, t, k) for lv in sorted(levels, key=lambda lv: lv.mu)
-                for t, row in enumerate(lv.status) for k, st in enumerate(row)
-                if st == "maxTimeLimit"]
-        for i, (lv, t, k) in enumerate(todo):
-            self.run(lv, t, k, (self.deadline - _now()) / (len(todo) - i))
+        self._run([(lv, t, k) for lv in sorted(levels, key=lambda lv: lv.mu)
+                   for t, row in enumerate(lv.status) for k, st in enumerate(row)
+                   if st == "maxTimeLimit"], 0, tick=False)
 
-    def run(self, lv: Level, t: int, k: int, share: float) -> None:
-        """SCIP on round t with aggregator k at level lv for `SCIP_PART` of `share` seconds,
-        when that is at least `MIN_SHARE`; the floor is raised to its bound."""
-        if self.deadline - _now() < MIN_SHARE:
+    def _run(self, jobs: list[tuple[Level, int, int]], reserve: int, needed=None,
+             expected=len, *, tick: bool = True) -> None:
+        """SCIP on each job (lv, t, k) that `needed(t, k)` (when given) still asks for when
+        its turn comes: one after the other in this process with one worker, else `workers`
+        at a time, each in a child process (`isolation.run_together`). A job gets `SCIP_PART`
+        of its share: the time left times `workers` over the jobs `expected` to run of itself
+        and those still to start, and `reserve` more to come, at most the time left; one whose
+        share is below `MIN_SHARE` does not run. Each floor is raised to SCIP's bound as its
+        solve ends."""
+        pending, live = list(jobs), []
+
+        def take():
+            """The next job to run and its seconds for SCIP; None when none is left."""
+            while pending:
+                lv, t, k = pending.pop(0)
+                if tick and self.bar is not None:
+                    self.bar.update(1)
+                if needed is not None and not needed(t, k):
+                    continue
+                left = self.deadline - _now()
+                n = max(1, expected([(lv, t, k)] + pending) + reserve)
+                share = SCIP_PART * min(left, self.workers * left / n)
+                if share < MIN_SHARE:
+                    lv.status[t][k] = NOT_RUN
+                    continue
+                lv.status[t][k] = RUNNING
+                return lv, t, k, (self.inst, t, self.a[t], lv.mu, self.caps[t], self.weights,
+                                  k, share, self.seed)
+            return None
+
+        def start():
+            self._collect(live)
+            job = take()
+            if job is not None:
+                live.append((*job[:3], Isolated(_round_floor, *job[3], label="SCIP")))
+                return live[-1][3]
+            return None
+        if self.workers == 1:
+            while (job := take()) is not None:
+                _raise(*job[:3], _round_floor(*job[3]))
             return
-        key = (lv.mu, t, k)
-        if key not in self.models:
-            self.models[key] = round_model(self.inst, t, self.a[t], lv.mu, cap=self.caps[t],
-                                           weights=self.weights, aggregator=k)
-        share = SCIP_PART * min(share, self.deadline - _now())
-        if share >= MIN_SHARE:
-            lo, lv.status[t][k] = _scip_lower(self.models[key], share, self.seed)
-            lv.floors[t][k] = lv.floors[t][k] if lo is None else max(lo, lv.floors[t][k])
+        run_together([start] * len(jobs), self.workers)
+        self._collect(live)
 
-    def _tick(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
+    @staticmethod
+    def _collect(live: list) -> None:
+        """Raise each ended child's floor to SCIP's bound (once); a crashed solve raises."""
+        for i, (lv, t, k, call) in enumerate(live):
+            if call is not None and call.done:
+                _raise(lv, t, k, call.result())
+                live[i] = (lv, t, k, None)
+
+
+def _raise(lv: Level, t: int, k: int, outcome: tuple[float | None, str]) -> None:
+    """Raise lv's floor of round t with aggregator k to SCIP's bound `outcome[0]` (None: no
+    bound) and keep SCIP's termination `outcome[1]`."""
+    lo, lv.status[t][k] = outcome
+    lv.floors[t][k] = lv.floors[t][k] if lo is None else max(lo, lv.floors[t][k])
+
+
+def _round_floor(inst: Instance, t: int, a: float, mu: float, cap: float | None, weights,
+                 k: int, seconds: float, seed: int) -> tuple[float | None, str]:
+    """SCIP's lower bound on `round_model` (round t, aggregator k, m = mu) within `seconds`,
+    and its termination: the work of one child of `_Rounds`."""
+    m = round_model(inst, t, a, mu, cap=cap, weights=weights, aggregator=k)
+    return _scip_lower(m, seconds, seed)
 
 
 def _now() -> float:
@@ -362,7 +424,8 @@ def _now() -> float:
 
 def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None = None, *,
                      weights: dict[str, float] | None = None, seed: int = 0,
-                     progress: bool = False, m_levels: int = 0) -> DecomposedBound:
+                     progress: bool = False, m_levels: int = 0,
+                     workers: int = 1) -> DecomposedBound:
     """A proven lower bound on P (`eqn: optimization objective text`, corollary form with a
     constant vartheta) by decomposing it over rounds and aggregators, within `time_limit`
     seconds of wall time (each subproblem gets an equal share of what is left, and those that
@@ -413,11 +476,11 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     caps = [(top - float(F.min())) / a[t] if top is not None and a[t] > 0 else None
             for t in range(T)]
     cut = [[a[t] * float(LA[t, k] + LR[t, k]) for k in range(S)] for t in range(T)]
-    bar = _bar(progress, T * S + m_levels * T)
-    rounds = _Rounds(inst, weights, seed, t0 + time_limit, a, caps, cut, bar)
+    bar = _bar(progress, T * S * (1 + m_levels))
+    rounds = _Rounds(inst, weights, seed, t0 + time_limit, a, caps, cut, bar, workers)
     levels = [rounds.first(inst.m_floor, m_levels * T)]
     for r in range(m_levels):
-        mu = _next_level(inst, weights, levels, top)
+        mu = _next_level(inst, weights, levels, top, m_levels - r)
         if mu is None:
             break
         below = np.max([lv.floors for lv in levels if lv.mu < mu], axis=0).tolist()
@@ -472,38 +535,60 @@ CANDIDATES = 200
 FIRST_GUESS = 0.05
 
 
-def _next_level(inst: Instance, weights, levels: list[Level], top: float | None):
-    """The next level of the mini-batch partition (`decomposed_bound`): the mu in
-    (m_floor, 1), not yet a level, that maximises the predicted bound min_j (min F(m_min <=
-    mu_j+1) + R_j), R_j = sum_t min_k of level j's floors, with R at mu interpolated linearly
-    between the levels solved and R at 1 extrapolated from the top two (with one level, its R
-    plus the gap to the cutoff `top`, or `FIRST_GUESS` of it without one). None when no
-    candidate predicts a gain. It only chooses where to branch: no bound rests on it."""
+def _next_level(inst: Instance, weights, levels: list[Level], top: float | None,
+                left: int = 1):
+    """The next level of the mini-batch partition (`decomposed_bound`): the lowest of the
+    `left` new levels, placed together on `CANDIDATES` evenly spaced mu in (m_floor, 1), that
+    maximise the predicted bound min_j (min F(m_min <= mu_j+1) + R_j), R_j = sum_t min_k of
+    level j's floors, with R at mu interpolated linearly between the levels solved and R at 1
+    extrapolated from the top two (with one level, its R plus the gap to the cutoff `top`, or
+    `FIRST_GUESS` of it without one). None when no placement predicts a gain. It only chooses
+    where to branch: no bound rests on it."""
     fmin = functools.lru_cache(maxsize=None)(
         lambda hi: float(ml_floor(inst, weights, m_hi=hi)[0].min()))
-
-    def predicted(mus, R):
-        o = np.argsort(mus)
-        mus, R = np.asarray(mus)[o], np.maximum.accumulate(np.asarray(R)[o])
-        return min(fmin(float(h)) + r for h, r in zip(list(mus[1:]) + [1.0], R))
     order, raised = _raised(levels)
     mus, R = [lv.mu for lv in order], raised.min(axis=2).sum(axis=1)
-    now = predicted(mus, R)
-    if not math.isfinite(now):
+    now = min(fmin(float(h)) + r for h, r in zip(mus[1:] + [1.0], R))
+    if not math.isfinite(now) or mus[-1] >= 1.0:
         return None
     if len(mus) > 1:
         R1 = R[-1] + (R[-1] - R[-2]) / (mus[-1] - mus[-2]) * (1.0 - mus[-1])
     else:
         R1 = R[0] + (top - now if top is not None and top > now else FIRST_GUESS * R[0])
-    best, val = None, now
-    for mu in np.linspace(inst.m_floor, 1.0, CANDIDATES + 2)[1:-1]:
-        if mu in mus:
-            continue
-        got = predicted(mus + [mu], list(R) + [float(np.interp(mu, mus + [1.0],
-                                                              list(R) + [R1]))])
-        if got > val:
-            best, val = float(mu), got
-    return best
+    grid = np.linspace(inst.m_floor, 1.0, CANDIDATES + 2)[1:-1]
+    cand = np.array(sorted(set(mus) | {float(x) for x in grid}))
+    new = (~np.isin(cand, mus)).astype(float)
+    Rc = np.interp(cand, mus + [1.0], list(R) + [R1])
+    Fc = np.array([fmin(float(c)) for c in cand])
+
+    def plan(V: float):
+        """The fewest new levels (at most `left`) with every cell predicted at least V, as
+        a list of mu; None if there is none. Cell [cand_i, cand_j] is predicted
+        Fc[j] + Rc[i] (and F(1) + Rc[i] for the top cell); a forward pass over cand, each
+        level as high as V allows (the higher of equal paths)."""
+        cost, parent = np.full(len(cand), np.inf), np.full(len(cand), -1)
+        cost[0] = 0.0
+        for i in range(len(cand)):
+            if cost[i] <= left:
+                ok = np.zeros(len(cand), bool)
+                ok[i + 1:] = Fc[i + 1:] + Rc[i] >= V
+                ok &= cost[i] + new <= cost          # ties: the higher parent
+                cost[ok], parent[ok] = cost[i] + new[ok], i
+        ends = [i for i in range(len(cand)) if cost[i] <= left and fmin(1.0) + Rc[i] >= V]
+        if not ends:
+            return None
+        j, path = min(ends, key=lambda i: (cost[i], -i)), []
+        while j >= 0:
+            path.append(j)
+            j = parent[j]
+        return [float(cand[i]) for i in path if new[i]]
+    lo, hi = now, fmin(1.0) + float(Rc.max())
+    if hi <= lo or not plan(lo + 1e-9 * abs(lo)):
+        return None
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if plan(mid) else (lo, mid)
+    return min(plan(lo))
 
 
 def _cells(inst: Instance, F: np.ndarray, c0: np.ndarray, floors: list[list[float]],
@@ -558,7 +643,8 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
         sol, inc = _incumbent(inst, opts.weights, INCUMBENT_SHARE * opts.time_limit)
     left = opts.time_limit - (time.monotonic() - t0)
     db = decomposed_bound(inst, max(left, 1e-3), inc, weights=opts.weights,
-                          progress=opts.progress, m_levels=opts.m_levels)
+                          progress=opts.progress, m_levels=opts.m_levels,
+                          workers=opts.workers or len(os.sched_getaffinity(0)))
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
     info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
                  "incumbent": inc})

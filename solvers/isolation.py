@@ -158,12 +158,13 @@ class Isolated:
         return value
 
 
-def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Isolated]:
-    """Call each of `starts` (each starts an :class:`Isolated`) in order, with at most
-    `at_once` children running at a time, and read every child's messages (one `selectors`
-    loop) until each has ended; return the calls in the same order. On an interrupt (Ctrl-C,
-    SIGTERM), a start that fails or any other exception, every child still running is killed
-    and the exception re-raised."""
+def run_together(starts: list[Callable[[], Isolated | None]],
+                 at_once: int) -> list[Isolated | None]:
+    """Call each of `starts` (each starts an :class:`Isolated`, or returns None: nothing to
+    run) in order, with at most `at_once` children running at a time, and read every child's
+    messages (one `selectors` loop) until each has ended; return the calls in the same order.
+    On an interrupt (Ctrl-C, SIGTERM), a start that fails or any other exception, every child
+    still running is killed and the exception re-raised."""
     queue, calls = list(starts), []
     try:
         with selectors.DefaultSelector() as sel:
@@ -171,14 +172,18 @@ def run_together(starts: list[Callable[[], Isolated]], at_once: int) -> list[Iso
                 while queue and len(sel.get_map()) < at_once:
                     with _signals_held():  # a started child is in `calls` before a signal acts
                         calls.append(queue.pop(0)())
-                    sel.register(calls[-1], selectors.EVENT_READ)
+                    if calls[-1] is not None:
+                        sel.register(calls[-1], selectors.EVENT_READ)
+                if not sel.get_map():
+                    continue
                 for key, _ in sel.select():
                     key.fileobj.read()
                     if key.fileobj.done:
                         sel.unregister(key.fileobj)
     finally:
         for c in calls:
-            c.kill()
+            if c is not None:
+                c.kill()
     return calls
 
 

@@ -367,6 +367,10 @@ class BoundOptions(MethodOptions):
                            "cell [m_floor, 1]; use it only with time to spare: where the first "
                            "level's subproblems cannot close, the bound falls)",
                            check=in_interval(0, M_LEVELS_MAX), flagged=False, group="search")
+    workers: int | None = option(None, "SCIP subproblems solved at a time, each in a process "
+                                 "of its own (none: every core of this machine)",
+                                 check=in_interval(1, WORKERS_MAX), flagged=False,
+                                 group="solver")
 
 
 _PRESET = "the preset's"

@@ -128,6 +128,14 @@ def _ml_rest(inst, g: float) -> tuple[float, float]:
             inst.xi1 * p["init"] / inst.F0_minus_Fstar)
 
 
+def _breaks_step(inst, g: float) -> bool:
+    """Whether the point of `_ml_rest` with gbar = g breaks Theorem 1's step-size row."""
+    T, d = inst.T, inst.I
+    Di = np.repeat(inst.Dbar.sum(axis=1)[:, None] / d, d, axis=1)
+    lhs, rhs = system.step_condition(inst, np.full((T, d), g / (d * T)), Di)
+    return lhs > rhs
+
+
 def _cells(inst, cells):
     d, T = inst.I, inst.T
     return np.geomspace(d * T * inst.gamma_min, d * T * inst.gamma_max, cells + 1)
@@ -150,6 +158,9 @@ def test_ml_floor_is_below_the_remainder_at_both_ends_and_the_middle_of_each_cel
     assert len(F) == len(c0) == cells
     for j in range(cells):
         rest = []
+        if not np.isfinite(F[j]):       # no point of the cell meets the step-size row
+            assert all(_breaks_step(inst, x) for x in (g[j], g[j + 1]))
+            continue
         for x in (g[j], math.sqrt(g[j] * g[j + 1]), g[j + 1]):
             r, c = _ml_rest(inst, x)
             assert F[j] <= r * (1 + REL), (j, x)
@@ -168,6 +179,9 @@ def test_ml_floor_is_tight_at_fine_cells_where_the_dpus_differ():
     F, _c0 = bd.ml_floor(inst, cells=400)
     g = _cells(inst, 400)
     for j in range(0, 400, 7):
+        if not np.isfinite(F[j]):       # no point of the cell meets the step-size row
+            assert _breaks_step(inst, g[j])
+            continue
         r = min(_ml_rest(inst, g[j])[0], _ml_rest(inst, g[j + 1])[0])
         assert r * (1 - 0.01) <= F[j] <= r * (1 + REL), j
 
@@ -336,3 +350,24 @@ def test_scip_lower_reads_the_termination(monkeypatch, tc, bound, want):
     monkeypatch.setattr(bd, "QuietScip", fake)
     got, name = bd._scip_lower(None, 1.0)
     assert name == tc and got == want
+
+
+def test_the_step_row_leaves_the_cells_of_gbar_up_to_the_common_gamma_cap():
+    # with every DPU at one gamma g, gbar = d T g and the step row holds iff g <= the common
+    # cap 1 + T^2 / (4 L^2 (2 zeta1^2 + 1)) (`system.common_gamma_step_cap`, by hand here)
+    inst = make_instance("small", seed=3)
+    d, T = inst.I, inst.T
+    cap = 1.0 + T ** 2 / (4.0 * inst.L ** 2 * (2.0 * inst.zeta1 ** 2 + 1.0))
+    assert cap < inst.gamma_max
+    at = np.array([d * T * cap * (1 - 1e-6), d * T * cap * (1 + 1e-6)])
+    assert bd.step_allows(inst, at, at).tolist() == [True, False]
+    # a wide cell keeps a point as long as its top allows the least g_max of its bottom
+    assert bd.step_allows(inst, [d * T * cap * 1.01], [d * T * cap * 1.2]).tolist() == [True]
+    # per cell, by the cap: the row reads d T^2 x (x - 1) / (cap - 1) <= T g2 at the least
+    # g_max x = max(gamma_min, g1 / (d T)); +inf exactly where it fails
+    F, _ = bd.ml_floor(inst, cells=50)
+    g = np.geomspace(d * T * inst.gamma_min, d * T * inst.gamma_max, 51)
+    x = np.maximum(inst.gamma_min, g[:-1] / (d * T))
+    keeps = x * (x - 1) / (cap - 1) <= g[1:] / (d * T)
+    assert keeps[0] and not keeps[-1]
+    assert np.isfinite(F).tolist() == keeps.tolist()

@@ -171,6 +171,14 @@ def test_at_once_1_runs_one_child_at_a_time(tmp_path):
     assert ended[1].result() == "b"   # the first had ended: its file was there
 
 
+def test_a_start_that_returns_none_runs_nothing_and_keeps_its_place():
+    ended = run_together([lambda: None, lambda: Isolated(lambda: 7, label="x"), lambda: None,
+                          lambda: None], at_once=1)
+    assert ended[0] is None and ended[2] is None and ended[3] is None
+    assert ended[1].result() == 7
+    assert run_together([lambda: None], at_once=2) == [None]     # nothing to wait for
+
+
 def test_one_childs_crash_or_exception_leaves_the_others_results():
     def fail():
         raise ValueError("bad")
