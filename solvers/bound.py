@@ -17,7 +17,8 @@ The rows that couple the rounds (eq:convSpecial and Theorem 1's step-size row, c
 
 How `decomposed_bound` relaxes them: the ML part takes gbar per cell, g_max at its least
 (max(gamma_min, gbar / (d T))) and m_min at most the top of its cell of m_min (`ml_floor`);
-the step-size row is dropped. The rounds see none of them: gamma_ti = gamma_min (the rounds'
+the step-size row only removes the cells of gbar where no g_max can meet it (`step_allows`).
+The rounds see none of them: gamma_ti = gamma_min (the rounds'
 objective grows with gamma), so the gbar and g_max coupling is dropped whole; m_ti = the bottom
 of the cell of m_min (the same argument), so the m_min coupling is kept to within one cell
 (`m_levels` cells; with none, m_ti = m_floor against m_min <= 1 in the ML part, the whole
@@ -437,7 +438,7 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     depends only on gbar, m_min, g_max and is at least `ml_floor`'s F, and c0 >= c0_lo; what
     is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
     once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
-    relaxation). Round t's part is at least min_k of SCIP's bound on `round_model` with
+    relaxation; the row only removes the cells of gbar it leaves no point in, `step_allows`). Round t's part is at least min_k of SCIP's bound on `round_model` with
     aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time,
     the aggregator cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
     (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]),
