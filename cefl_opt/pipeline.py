@@ -13,7 +13,6 @@ folder staged and moved into place only on success) is `cefl_opt.cli.run`.
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
     ML constants, `measure`, and to train, `train`).
     """
     from cefl_opt.solvers.base import solve_together
-    from cefl_opt.solvers.isolation import NativeCrash
+    from cefl_opt.solvers.isolation import NativeCrash, cores
     meths = list(DEFAULT_METHODS if methods is None else methods)
     targets = list(targets or (0.6, 0.7, 0.8))
     t0 = time.perf_counter()
@@ -66,7 +65,7 @@ def run_pipeline(out: Path, *, preset: str = "paper", rounds: int = 3, seed: int
         for i, meth in enumerate(stage):
             print(f"[2/3] solving P with {meth} ...", flush=True)
             calls.append((meth, _run_options(meth, out, sols, feasible, progress and i == 0)))
-        for meth, res in zip(stage, solve_together(inst, calls, at_once=_cores())):
+        for meth, res in zip(stage, solve_together(inst, calls, at_once=cores())):
             if isinstance(res, NativeCrash):   # the other methods still run; the report says so
                 print(f"      {meth}: {res}", flush=True)
                 rows[meth] = {"method": meth, "status": "crashed"}
@@ -120,10 +119,6 @@ def solve_stages(meths: list[str]) -> list[list[str]]:
     rest = sorted((m for m in meths if m not in first and m != "ipopt-enum"),
                   key=lambda m: m != "decomposed-bound")
     return [s for s in (first, ["ipopt-enum"] if "ipopt-enum" in meths else [], rest) if s]
-
-
-def _cores() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _run_options(meth: str, out: Path, sols: dict, feasible: list[float], progress: bool

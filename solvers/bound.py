@@ -52,7 +52,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +62,7 @@ from cefl_opt.instance import Instance
 from cefl_opt.models import build_problem
 
 from .base import Results, SolutionStatus, TerminationCondition, solve
-from .isolation import Isolated, die_with_parent, run_together
+from .isolation import Isolated, cores, die_with_parent, run_together
 from .options import BoundOptions, OptionError
 from .scip_interface import QuietScip, finite, scip_params
 
@@ -396,11 +395,11 @@ class _Rounds:
 
     @staticmethod
     def _collect(live: list) -> None:
-        """Raise each ended child's floor to SCIP's bound (once); a crashed solve raises."""
-        for i, (lv, t, k, call) in enumerate(live):
-            if call is not None and call.done:
-                _raise(lv, t, k, call.result())
-                live[i] = (lv, t, k, None)
+        """Raise each ended child's floor to SCIP's bound and take it out of `live`; a crashed
+        solve raises."""
+        for job in [job for job in live if job[3].done]:
+            live.remove(job)
+            _raise(*job[:3], job[3].result())
 
 
 def _raise(lv: Level, t: int, k: int, outcome: tuple[float | None, str]) -> None:
@@ -438,9 +437,10 @@ def decomposed_bound(inst: Instance, time_limit: float, incumbent: float | None 
     depends only on gbar, m_min, g_max and is at least `ml_floor`'s F, and c0 >= c0_lo; what
     is left, sum_t (a_t tau_t + xi3 E_t) with a_t = c0_lo Delta_t + xi2, separates by round
     once the coupling through gbar, m_min, g_max and the step-size row is dropped (a
-    relaxation; the row only removes the cells of gbar it leaves no point in, `step_allows`). Round t's part is at least min_k of SCIP's bound on `round_model` with
-    aggregator k fixed (m_i >= m_floor); where SCIP proves no bound in its share of the time,
-    the aggregator cuts give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
+    relaxation; the row only removes the cells of gbar it leaves no point in, `step_allows`).
+    Round t's part is at least min_k of SCIP's bound on `round_model` with aggregator k fixed
+    (m_i >= m_floor); where SCIP proves no bound in its share of the time, the aggregator cuts
+    give a_t (LA[t, k] + LR[t, k]) (`delay_floors`). Per cell of gbar
     (`ml_floor`), min P >= F + sum_t min_k (floor[t][k] + (c0 - c0_lo) Delta_t (LA + LR)[t, k]),
     and the bound is the least cell.
 
@@ -645,7 +645,7 @@ def solve_decomposed_bound(inst: Instance, opts: BoundOptions) -> Results:
     left = opts.time_limit - (time.monotonic() - t0)
     db = decomposed_bound(inst, max(left, 1e-3), inc, weights=opts.weights,
                           progress=opts.progress, m_levels=opts.m_levels,
-                          workers=opts.workers or len(os.sched_getaffinity(0)))
+                          workers=opts.workers or cores())
     gap = None if inc is None else max(0.0, (inc - db.bound) / inc)
     info.update({"ml_floor": db.ml, "round_floors": db.rounds, "scip_status": db.status,
                  "incumbent": inc})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import sys
 import time
 import types
@@ -447,7 +446,7 @@ def _sweeps(runner: _Runner, opts: IpoptEnumOptions, sol: Solution, obj: float,
 
 
 def _workers(opts: IpoptEnumOptions) -> int:
-    return opts.workers if opts.workers is not None else len(os.sched_getaffinity(0))
+    return opts.workers if opts.workers is not None else isolation.cores()
 
 
 def ipopt_enum(inst: Instance, opts: IpoptEnumOptions) -> Results:

@@ -248,6 +248,11 @@ def _child(fn: Callable[..., Any], args: tuple, write_fd: int, scratch: str) -> 
             os._exit(code)
 
 
+def cores() -> int:
+    """The CPU cores this process may run on: the default number of worker processes."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def die_with_parent() -> None:
     """Have this (child) process killed when its parent dies (Linux `PR_SET_PDEATHSIG`), and
     leave at once if the parent is already gone."""
